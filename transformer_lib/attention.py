@@ -1,0 +1,141 @@
+"""Scaled dot-product attention, written out, plus a fast path through torch's SDPA.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V
+
+The readable path (:func:`scaled_dot_product_attention`) materializes the score matrix so the
+book can plot the weights. The fast path (:func:`attention_fast`) calls
+``torch.nn.functional.scaled_dot_product_attention``, which uses fused / flash kernels and never
+returns weights. A test holds the two equal.
+
+Masks are boolean with ``True = may attend`` (see :mod:`transformer_lib.masks`). Blocked scores
+become ``-inf`` rather than a large finite negative number, so a blocked key gets *exactly* zero
+weight. A query row with no visible key at all would be ``softmax([-inf, ..., -inf]) = NaN``; we
+define its weights and output as zero instead, and we do it without ever computing the NaN, so
+gradients stay finite too.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["scaled_dot_product_attention", "attention_fast", "check_mask_for_scores"]
+
+
+def check_mask_for_scores(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """Raise a ValueError unless ``mask`` is boolean and broadcastable to ``scores_shape``."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be boolean with True = may attend, got dtype {mask.dtype}; "
+            "convert an additive float mask with transformer_lib.masks.from_torch_mha_mask")
+    ok = mask.dim() <= len(scores_shape) and all(
+        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape)))
+    if not ok:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., L_q, L_k)")
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError("q, k and v must have shape (..., L, d)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length L_k, got {k.shape[-2]} and {v.shape[-2]}")
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"batch/head dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "do not broadcast") from err
+    return tuple(batch) + (q.shape[-2], k.shape[-2])
+
+
+def _visible_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(..., L_q, 1) True where the query row can see at least one key."""
+    return None if mask is None else mask.any(dim=-1, keepdim=True)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention written out: returns ``(output, weights)``.
+
+    Args:
+        q: (..., L_q, d_k) queries, usually (B, H, L_q, d_k).
+        k: (..., L_k, d_k) keys.
+        v: (..., L_k, d_v) values.
+        mask: optional boolean, ``True = may attend``, broadcastable to (..., L_q, L_k).
+        scale: multiplier of the scores; default ``1 / sqrt(d_k)``. Pass ``1.0`` to see what
+            happens without the scaling (chapter 1).
+        bias: optional additive float bias on the scores (ALiBi, relative positions).
+        dropout_p: dropout on the weights (training only; 0 in all the book's comparisons).
+        need_weights: when False, take the fast path and return ``(output, None)``.
+
+    Returns:
+        output (..., L_q, d_v) and weights (..., L_q, L_k); each weight row sums to 1, or is all
+        zeros when the mask leaves the row nothing to attend to.
+    """
+    scores_shape = _check_qkv(q, k, v)
+    check_mask_for_scores(mask, scores_shape)
+    if not need_weights:
+        return attention_fast(q, k, v, mask, scale=scale, bias=bias, dropout_p=dropout_p), None
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., L_q, d_k) @ (..., d_k, L_k) -> (..., L_q, L_k)
+    if bias is not None:
+        scores = scores + bias
+    visible = _visible_rows(mask)
+    if mask is not None:
+        # Rows that see nothing keep finite scores (no NaN is ever formed) and are zeroed below.
+        scores = scores.masked_fill(~(mask | ~visible), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if visible is not None:
+        weights = weights * visible  # fully masked rows -> all-zero weights
+    if dropout_p > 0.0:
+        weights_used = F.dropout(weights, p=dropout_p)
+    else:
+        weights_used = weights
+    output = weights_used @ v  # (..., L_q, L_k) @ (..., L_k, d_v) -> (..., L_q, d_v)
+    return output, weights
+
+
+def attention_fast(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Same result as :func:`scaled_dot_product_attention` through ``F.scaled_dot_product_attention``.
+
+    Returns only the output (..., L_q, d_v). Fully masked rows give zeros, as in the readable path.
+    """
+    scores_shape = _check_qkv(q, k, v)
+    check_mask_for_scores(mask, scores_shape)
+    visible = _visible_rows(mask)
+    attn_mask = None if mask is None else (mask | ~visible)
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if visible is not None:
+        out = out * visible
+    return out

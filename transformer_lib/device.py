@@ -1,0 +1,44 @@
+"""Pick a device once and seed every random number generator.
+
+The book runs the same code on a CUDA GPU, an Apple-silicon GPU (MPS) or a plain CPU, so the
+choice is made in exactly one place. Chapters call :func:`get_device` and :func:`seed_everything`
+at the top; nothing else in the library guesses the device.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["get_device", "seed_everything"]
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """Return the best available device: CUDA, then MPS, then CPU.
+
+    ``prefer`` (or the environment variable ``TLIB_DEVICE``) forces a choice, e.g. ``"cpu"`` to
+    reproduce the book's CPU numbers on a GPU machine.
+    """
+    prefer = prefer or os.environ.get("TLIB_DEVICE")
+    if prefer:
+        return torch.device(prefer)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed Python, NumPy and torch (all devices) and return a seeded CPU ``torch.Generator``.
+
+    The returned generator is handy for code that wants its own stream of random numbers
+    without disturbing the global one.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds CUDA and MPS
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,53 @@
+"""The position-wise feed-forward network: d_model -> expansion * d_model -> d_model.
+
+    FFN(x) = W_2 act(W_1 x + b_1) + b_2           (ReLU in the paper, GELU in BERT/GPT)
+    SwiGLU(x) = W_2 (SiLU(W_1 x) * (W_3 x))        (Llama, PaLM)
+
+The same two matrices are applied to every position independently: no information moves between
+tokens here (that is attention's job), so permuting the tokens permutes the outputs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = ["FeedForward", "ACTIVATIONS"]
+
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN. ``d_ff`` defaults to ``expansion * d_model`` (4x in the paper).
+
+    For SwiGLU a third matrix (the gate ``linear3``) is added; pass a smaller ``d_ff`` (about
+    8/3 d_model) to keep the parameter count of a 4x ReLU FFN.
+    """
+
+    def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "relu",
+                 dropout: float = 0.0, bias: bool = True, expansion: float = 4):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        d_ff = int(round(expansion * d_model)) if d_ff is None else d_ff
+        if d_ff < 1:
+            raise ValueError(f"d_ff must be >= 1, got {d_ff}")
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: expand
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: project back
+        self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None  # gate
+        self.dropout = nn.Dropout(dropout)
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The activations in the wide layer, (..., d_ff): what the chapter plots."""
+        h = self.linear1(x)
+        if self.activation == "relu":
+            return F.relu(h)
+        if self.activation == "gelu":
+            return F.gelu(h)
+        return F.silu(h) * self.linear3(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
+        return self.linear2(self.dropout(self.hidden(x)))

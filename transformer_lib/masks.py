@@ -1,0 +1,172 @@
+"""Boolean attention masks, ``True = may attend``.
+
+Every mask here follows the convention of ``torch.nn.functional.scaled_dot_product_attention``:
+a boolean tensor broadcastable to ``(B, H, L_q, L_k)`` in which ``mask[..., i, j]`` is True when
+query ``i`` may look at key ``j``. ``torch.nn.MultiheadAttention`` uses the *opposite* meaning
+(True = blocked); :func:`to_torch_mha_mask` and :func:`from_torch_mha_mask` translate.
+
+Masks are built from index arithmetic on ``arange`` vectors, so each pattern reads like its
+definition: ``j <= i`` for causal, ``|i - j| <= w // 2`` for a sliding window, and so on.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "sliding_window_mask",
+    "dilated_mask",
+    "global_tokens_mask",
+    "combine_masks",
+    "to_torch_mha_mask",
+    "from_torch_mha_mask",
+    "key_padding_to_mask",
+    "validate_mask",
+]
+
+
+def _positions(L_q: int, L_k: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    i = torch.arange(L_q, device=device).unsqueeze(1)  # (L_q, 1) query index
+    j = torch.arange(L_k, device=device).unsqueeze(0)  # (1, L_k) key index
+    return i, j
+
+
+def _check_length(name: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
+    """(L_q, L_k) lower-triangular mask: query ``i`` sees keys ``j <= i``.
+
+    When ``L_k > L_q`` (a query block appended to a cached prefix) the diagonal is aligned to the
+    end, so the last query sees every key, as in ``is_causal`` decoding with a KV cache.
+    """
+    L_k = L_q if L_k is None else L_k
+    _check_length("L_q", L_q)
+    _check_length("L_k", L_k)
+    i, j = _positions(L_q, L_k, device)
+    return j <= i + (L_k - L_q)  # (L_q, L_k)
+
+
+def padding_mask(lengths: Sequence[int] | torch.Tensor, max_len: int | None = None,
+                 device=None) -> torch.Tensor:
+    """(B, 1, 1, L) key mask from true sequence lengths: key ``j`` is real when ``j < length``.
+
+    The two singleton axes broadcast over heads and queries, so every query ignores the pads.
+    """
+    lengths = torch.as_tensor(lengths, device=device)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (one length per sequence), got shape {tuple(lengths.shape)}")
+    if (lengths < 0).any():
+        raise ValueError("lengths must be non-negative")
+    max_len = int(lengths.max()) if max_len is None else max_len
+    if (lengths > max_len).any():
+        raise ValueError(f"a length exceeds max_len={max_len}: {lengths.tolist()}")
+    j = torch.arange(max_len, device=lengths.device)  # (L,)
+    keep = j.unsqueeze(0) < lengths.unsqueeze(1)  # (B, L)
+    return keep[:, None, None, :]  # (B, 1, 1, L)
+
+
+def sliding_window_mask(L: int, window: int, causal: bool = False, device=None) -> torch.Tensor:
+    """(L, L) band: query ``i`` sees keys with ``|i - j| <= window // 2``.
+
+    With ``causal=True`` only the past half of the band is kept: ``i - window // 2 <= j <= i``.
+    """
+    _check_length("L", L)
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    i, j = _positions(L, L, device)
+    band = (i - j).abs() <= window // 2
+    return band & (j <= i) if causal else band
+
+
+def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> torch.Tensor:
+    """(L, L) strided pattern: query ``i`` sees keys with ``(j - i) % dilation == 0``.
+
+    ``dilation=1`` is full attention. With ``causal=True`` also ``j <= i``.
+    """
+    _check_length("L", L)
+    if not isinstance(dilation, int) or dilation < 1:
+        raise ValueError(f"dilation must be an integer >= 1, got {dilation!r}")
+    i, j = _positions(L, L, device)
+    mask = (j - i) % dilation == 0
+    return mask & (j <= i) if causal else mask
+
+
+def global_tokens_mask(L: int, global_positions: Iterable[int], device=None) -> torch.Tensor:
+    """(L, L) Longformer-style global attention: the listed tokens see everything and are seen by
+    everyone. Combine it with a window by OR-ing: ``sliding_window_mask(...) | global_tokens_mask(...)``.
+    """
+    _check_length("L", L)
+    g = torch.zeros(L, dtype=torch.bool, device=device)
+    idx = torch.as_tensor(list(global_positions), dtype=torch.long, device=device)
+    if idx.numel() and (idx.min() < 0 or idx.max() >= L):
+        raise ValueError(f"global positions must lie in [0, {L}), got {idx.tolist()}")
+    g[idx] = True
+    return g.unsqueeze(1) | g.unsqueeze(0)  # row i global OR column j global
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of boolean masks (each broadcastable), ignoring ``None``.
+
+    A key is visible only if every mask allows it: e.g. ``combine_masks(causal, padding)``.
+    """
+    result = None
+    for m in masks:
+        if m is None:
+            continue
+        if m.dtype != torch.bool:
+            raise ValueError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
+        result = m if result is None else result & m
+    return result
+
+
+def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Our convention (True = may attend) -> ``nn.MultiheadAttention``'s (True = blocked)."""
+    if mask.dtype != torch.bool:
+        raise ValueError(f"expected a boolean mask, got dtype {mask.dtype}")
+    return ~mask
+
+
+def from_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``nn.MultiheadAttention``'s boolean (True = blocked) or additive float mask -> ours.
+
+    A float mask is additive: 0 keeps a key, ``-inf`` blocks it.
+    """
+    if mask.dtype == torch.bool:
+        return ~mask
+    if mask.is_floating_point():
+        return mask == 0
+    raise ValueError(f"expected a boolean or float mask, got dtype {mask.dtype}")
+
+
+def key_padding_to_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """torch's ``key_padding_mask`` (B, L_k), True = pad, -> our (B, 1, 1, L_k), True = real."""
+    if key_padding_mask.dim() != 2:
+        raise ValueError(f"key_padding_mask must be (B, L_k), got shape {tuple(key_padding_mask.shape)}")
+    return from_torch_mha_mask(key_padding_mask)[:, None, None, :]  # (B, 1, 1, L_k)
+
+
+def validate_mask(mask: torch.Tensor | None, B: int, H: int, L_q: int, L_k: int) -> torch.Tensor | None:
+    """Check that ``mask`` is boolean and broadcastable to (B, H, L_q, L_k); return it as 4-D."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be boolean with True = may attend, got dtype {mask.dtype} "
+            "(for an additive float mask use from_torch_mha_mask(mask))")
+    if mask.dim() > 4:
+        raise ValueError(f"mask must have at most 4 dims (B, H, L_q, L_k), got shape {tuple(mask.shape)}")
+    target = (B, H, L_q, L_k)
+    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    for got, want in zip(shape, target):
+        if got not in (1, want):
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, L_q, L_k) = {target}")
+    return mask.reshape(shape)

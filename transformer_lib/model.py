@@ -1,0 +1,219 @@
+"""Stacks and whole models: Encoder, Decoder, the encoder-decoder Transformer, and a
+decoder-only language model.
+
+``Transformer`` maps already-embedded states to states, like ``torch.nn.Transformer``.
+``Seq2SeqTransformer`` adds token embeddings, sinusoidal positions and an output head (the
+paper's full model) and can greedy-decode. ``DecoderOnlyLM`` is the GPT-style model, with a
+choice of positional scheme and norm.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn as nn
+
+from .layers import DecoderLayer, EncoderLayer
+from .masks import causal_mask, padding_mask
+from .norms import LayerNorm, make_norm
+from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
+                         alibi_bias)
+
+__all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM"]
+
+
+def clones(module: nn.Module, n: int) -> nn.ModuleList:
+    """n independent deep copies of ``module`` (the Annotated Transformer's helper)."""
+    return nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`EncoderLayer`, with an optional final norm (needed for Pre-LN)."""
+
+    def __init__(self, layer: EncoderLayer, num_layers: int, final_norm: nn.Module | None = None):
+        super().__init__()
+        self.layers = clones(layer, num_layers)
+        self.norm = final_norm
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of :class:`DecoderLayer`, with an optional final norm."""
+
+    def __init__(self, layer: DecoderLayer, num_layers: int, final_norm: nn.Module | None = None):
+        super().__init__()
+        self.layers = clones(layer, num_layers)
+        self.norm = final_norm
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, self_mask, memory_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of Vaswani et al. (2017), on embedded inputs.
+
+    ``model(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None)`` with src (B, L_s, D) and
+    tgt (B, L_t, D) returns the decoder's output states (B, L_t, D). Masks are boolean (True = may
+    attend): ``src_mask`` (.., L_s, L_s) for the encoder, ``tgt_mask`` (.., L_t, L_t) for the
+    decoder's self-attention (pass a causal mask), ``memory_mask`` (.., L_t, L_s) for cross-attention.
+
+    ``final_norm`` adds a LayerNorm after each stack; it defaults to ``norm_first`` (Pre-LN needs
+    it; the paper's Post-LN does not). ``torch.nn.Transformer`` always has it.
+    """
+
+    def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.0,
+                 activation: str = "relu", norm_first: bool = False, final_norm: bool | None = None,
+                 eps: float = 1e-5):
+        super().__init__()
+        final_norm = norm_first if final_norm is None else final_norm
+        self.d_model = d_model
+        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
+        dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
+        self.encoder = Encoder(enc, num_encoder_layers, LayerNorm(d_model, eps) if final_norm else None)
+        self.decoder = Decoder(dec, num_decoder_layers, LayerNorm(d_model, eps) if final_norm else None)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None):
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"batch sizes differ: src {src.shape[0]} vs tgt {tgt.shape[0]}")
+        memory = self.encoder(src, src_mask)
+        return self.decoder(tgt, memory, tgt_mask, memory_mask)
+
+    @classmethod
+    def from_torch(cls, model: nn.Transformer) -> "Transformer":
+        """Copy a ``torch.nn.Transformer`` (its encoder and decoder each end with a LayerNorm)."""
+        enc_layers = [EncoderLayer.from_torch(l) for l in model.encoder.layers]
+        dec_layers = [DecoderLayer.from_torch(l) for l in model.decoder.layers]
+        first = enc_layers[0]
+        ours = cls(model.d_model, model.nhead, len(enc_layers), len(dec_layers),
+                   first.ffn.d_ff, activation=first.ffn.activation, norm_first=first.norm_first,
+                   final_norm=True)
+        ours.encoder.layers = nn.ModuleList(enc_layers)
+        ours.decoder.layers = nn.ModuleList(dec_layers)
+        ours.encoder.norm = LayerNorm.from_torch(model.encoder.norm) if model.encoder.norm is not None else None
+        ours.decoder.norm = LayerNorm.from_torch(model.decoder.norm) if model.decoder.norm is not None else None
+        return ours
+
+
+class Seq2SeqTransformer(nn.Module):
+    """The paper's full model: embeddings (scaled by sqrt(d_model)) + sinusoidal positions,
+    the :class:`Transformer`, and a linear head over the target vocabulary.
+
+    ``forward(src, tgt_in, src_lengths=None)`` returns logits (B, L_t, V). ``tgt_in`` is the target
+    shifted right (BOS first): teacher forcing, all positions trained in parallel.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, num_heads: int = 4,
+                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, d_ff: int = 256,
+                 dropout: float = 0.0, max_len: int = 512, norm_first: bool = False):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        self.transformer = Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers,
+                                       d_ff, dropout, norm_first=norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, emb: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        return self.pos(emb(tokens) * math.sqrt(self.d_model))  # (B, L, D)
+
+    def src_mask(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor | None:
+        if src_lengths is None:
+            return None
+        return padding_mask(src_lengths, src.shape[1], device=src.device)  # (B, 1, 1, L_s)
+
+    def encode(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor:
+        return self.transformer.encoder(self._embed(self.src_embed, src), self.src_mask(src, src_lengths))
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask=None) -> torch.Tensor:
+        L_t = tgt_in.shape[1]
+        causal = causal_mask(L_t, device=tgt_in.device)  # (L_t, L_t)
+        states = self.transformer.decoder(self._embed(self.tgt_embed, tgt_in), memory, causal, memory_mask)
+        return self.generator(states)  # (B, L_t, V)
+
+    def forward(self, src, tgt_in, src_lengths=None):
+        memory_mask = self.src_mask(src, src_lengths)
+        return self.decode(tgt_in, self.encode(src, src_lengths), memory_mask)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, bos_id: int, max_len: int, src_lengths=None) -> torch.Tensor:
+        """Generate one token at a time, feeding each prediction back in. Returns (B, max_len)
+        tokens, without the BOS."""
+        memory = self.encode(src, src_lengths)
+        memory_mask = self.src_mask(src, src_lengths)
+        ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            logits = self.decode(ys, memory, memory_mask)  # (B, t, V)
+            ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return ys[:, 1:]
+
+    def keep_attention_weights(self, flag: bool = True) -> None:
+        """Make every layer store its last attention weights (for plotting)."""
+        for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
+            layer.keep_weights = flag
+
+
+class DecoderOnlyLM(nn.Module):
+    """A GPT-style language model: token embedding, a stack of causal self-attention blocks,
+    a final norm and a head tied to the embedding.
+
+    ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
+    'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens)`` -> logits (B, L, V).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
+                 d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
+                 positional: str = "learned", norm: str = "layer", activation: str = "gelu",
+                 norm_first: bool = True, tie_weights: bool = True):
+        super().__init__()
+        if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
+            raise ValueError(f"unknown positional scheme {positional!r}")
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.positional, self.num_heads = positional, num_heads
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = None
+        if positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        elif positional == "learned":
+            self.pos = LearnedPositionalEmbedding(max_len, d_model, dropout)
+        rotary = RotaryEmbedding(d_model // num_heads) if positional == "rope" else None
+        self.blocks = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, rotary=rotary)
+            for _ in range(num_layers))
+        self.norm = make_norm(norm, d_model) if norm_first else None
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_weights:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        B, L = tokens.shape
+        x = self.embed(tokens)  # (B, L, D)
+        if self.pos is not None:
+            x = self.pos(x)
+        mask = causal_mask(L, device=tokens.device)  # (L, L)
+        bias = alibi_bias(self.num_heads, L, device=tokens.device) if self.positional == "alibi" else None
+        for block in self.blocks:
+            x = block(x, mask, bias)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.head(x)  # (B, L, V)
+
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Greedy generation, one token at a time (no KV cache: the readable version)."""
+        for _ in range(max_new_tokens):
+            next_token = self(tokens)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            tokens = torch.cat([tokens, next_token], dim=1)
+        return tokens
+
+    def keep_attention_weights(self, flag: bool = True) -> None:
+        for block in self.blocks:
+            block.keep_weights = flag

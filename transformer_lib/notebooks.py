@@ -1,0 +1,125 @@
+"""Chapter pipeline: execute MyST chapters into their paired, executed notebooks.
+
+    python -m transformer_lib.notebooks execute chapters/*.md     # .md -> executed .ipynb
+    python -m transformer_lib.notebooks check-sync chapters/*.md  # .ipynb cells == .md cells?
+
+Each chapter's source of truth is ``chapters/NN-slug.md`` (MyST Markdown, paired by jupytext
+with ``ipynb,md:myst``). ``execute`` reads it, runs it with nbclient in the chapters folder, strips
+volatile metadata (execution timestamps; widget model ids are renumbered deterministically) and
+writes ``NN-slug.ipynb``, the baseline that nbval re-runs. Re-running an unchanged chapter leaves
+git clean.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["execute_chapter", "cells_in_sync", "strip_volatile", "read_md"]
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def read_md(path: str | Path):
+    import jupytext
+    return jupytext.read(str(path), fmt="md:myst")
+
+
+def _cell_key(cell) -> tuple:
+    tags = tuple(cell.get("metadata", {}).get("tags", []))
+    return (cell["cell_type"], cell["source"].strip(), tags)
+
+
+def cells_in_sync(md_path: str | Path, ipynb_path: str | Path | None = None) -> list[str]:
+    """Return a list of differences between the .md chapter and its .ipynb (empty = in sync)."""
+    import nbformat
+    md_path = Path(md_path)
+    ipynb_path = Path(ipynb_path) if ipynb_path else md_path.with_suffix(".ipynb")
+    if not ipynb_path.exists():
+        return [f"{ipynb_path} is missing: run `make chapters`"]
+    a = [_cell_key(c) for c in read_md(md_path).cells]
+    b = [_cell_key(c) for c in nbformat.read(str(ipynb_path), as_version=4).cells]
+    problems = []
+    if len(a) != len(b):
+        problems.append(f"{md_path.name}: {len(a)} cells in .md vs {len(b)} in .ipynb")
+    for n, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            problems.append(f"{md_path.name}: cell {n} differs ({x[0]}: {x[1][:60]!r} vs {y[1][:60]!r})")
+            break
+    return problems
+
+
+def strip_volatile(nb, name: str):
+    """Remove timestamps and make widget model ids deterministic; return nb.
+
+    Execution counts stay: they are deterministic, and nbval treats a cell without one as unrun.
+    """
+    for n, cell in enumerate(nb.cells):
+        cell.get("metadata", {}).pop("execution", None)
+        cell["id"] = hashlib.sha1(f"{n}:{cell['source']}".encode()).hexdigest()[:8]  # not random
+    nb.metadata.pop("papermill", None)
+    nb.metadata["kernelspec"] = KERNELSPEC
+    widgets = nb.metadata.get("widgets", {}).get(WIDGET_STATE)
+    if widgets:
+        old_ids = list(widgets.get("state", {}))
+        text = json.dumps(nb, sort_keys=True)
+        for n, old in enumerate(old_ids):
+            new = hashlib.sha1(f"{name}:{n}".encode()).hexdigest()[:32]
+            text = text.replace(old, new)
+        import nbformat
+        nb = nbformat.from_dict(json.loads(text))
+    return nb
+
+
+def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
+    """Execute one chapter .md into its .ipynb; return the wall time in seconds."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    md_path = Path(md_path).resolve()
+    nb = read_md(md_path)
+    nb.metadata.setdefault("jupytext", {})["formats"] = "ipynb,md:myst"
+    nb.metadata["kernelspec"] = KERNELSPEC
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(md_path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    nb = strip_volatile(nb, md_path.stem)
+    # jupytext's own metadata (text_representation) is volatile across versions: keep only formats
+    nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
+    nbformat.write(nb, str(md_path.with_suffix(".ipynb")))
+    return elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m transformer_lib.notebooks")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("execute", help="execute chapter .md files into their .ipynb")
+    ex.add_argument("paths", nargs="+")
+    cs = sub.add_parser("check-sync", help="fail if a .ipynb's cells differ from its .md")
+    cs.add_argument("paths", nargs="+")
+    args = parser.parse_args(argv)
+    paths = [p for p in args.paths if re.match(r"\d\d-", Path(p).name)]
+    if args.cmd == "execute":
+        for p in paths:
+            print(f"executing {p} ...", flush=True)
+            print(f"  {execute_chapter(p):.1f} s", flush=True)
+        return 0
+    problems = [msg for p in paths for msg in cells_in_sync(p)]
+    for msg in problems:
+        print(msg)
+    if problems:
+        print("chapters out of sync: run `make chapters`")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TLIB_DEVICE", "cpu")
+    sys.exit(main())

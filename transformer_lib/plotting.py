@@ -1,0 +1,94 @@
+"""Plotting helpers every chapter shares, so every attention map and mask looks the same.
+
+Colormaps are perceptually uniform (viridis for weights, a grey map for masks), every axis is
+labelled, and every figure gets a title.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = ["attention_heatmap", "plot_mask", "heatmap_grid", "new_figure"]
+
+
+def _to_numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x)
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, size: float = 3.2, **kwargs):
+    """``plt.subplots`` with a size that suits the book's page width."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows * 0.95),
+                             squeeze=False, **kwargs)
+    return fig, axes
+
+
+def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: Sequence[str] | None = None,
+                      ax=None, title: str | None = None, cmap: str = "viridis", vmax: float | None = 1.0,
+                      annotate: bool = False, colorbar: bool = True, xlabel: str = "key",
+                      ylabel: str = "query"):
+    """Draw a (L_q, L_k) weight matrix: rows are queries, columns keys. Returns the axes."""
+    w = _to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D (L_q, L_k), got shape {w.shape}")
+    if ax is None:
+        _, axes = new_figure()
+        ax = axes[0, 0]
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+    if x_labels is not None:
+        ax.set_xticks(range(len(x_labels)), labels=list(x_labels), rotation=90)
+    if y_labels is not None:
+        ax.set_yticks(range(len(y_labels)), labels=list(y_labels))
+    if annotate:
+        for (i, j), value in np.ndenumerate(w):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if value < 0.5 * (vmax or w.max()) else "black")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    return ax
+
+
+def plot_mask(mask, ax=None, title: str | None = None, labels: Sequence[str] | None = None):
+    """Draw a boolean (L_q, L_k) mask: dark = may attend, light = blocked."""
+    m = _to_numpy(mask).astype(float)
+    if m.ndim != 2:
+        raise ValueError(f"mask must be 2-D (L_q, L_k), got shape {m.shape}")
+    if ax is None:
+        _, axes = new_figure()
+        ax = axes[0, 0]
+    ax.imshow(m, cmap="Greys", vmin=0, vmax=1, aspect="auto")
+    if labels is not None:
+        ax.set_xticks(range(len(labels)), labels=list(labels), rotation=90)
+        ax.set_yticks(range(len(labels)), labels=list(labels))
+    ax.set_xlabel("key j")
+    ax.set_ylabel("query i")
+    ax.set_title(title or "mask (dark = may attend)")
+    return ax
+
+
+def heatmap_grid(maps: Sequence, titles: Sequence[str] | None = None, ncols: int = 4,
+                 x_labels=None, y_labels=None, size: float = 2.6, suptitle: str | None = None,
+                 vmax: float | None = 1.0):
+    """Several attention maps side by side (e.g. one per head). Returns the figure."""
+    n = len(maps)
+    ncols = min(ncols, n)
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = new_figure(ncols, nrows, size=size)
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.axis("off")
+            continue
+        attention_heatmap(maps[k], x_labels, y_labels, ax=ax, title=titles[k] if titles else None,
+                          colorbar=False, vmax=vmax)
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig

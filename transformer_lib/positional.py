@@ -1,0 +1,140 @@
+"""Positional information: sinusoidal, learned, rotary (RoPE) and ALiBi.
+
+Self-attention by itself is permutation-equivariant: shuffle the tokens and the outputs shuffle
+the same way. Every scheme here breaks that symmetry in a different place:
+
+* sinusoidal / learned: add a vector to each token embedding before the first layer;
+* RoPE: rotate each (query, key) feature pair by an angle proportional to the position, so the
+  score q_i . k_j depends on the offset i - j only;
+* ALiBi: add ``-slope_h * |i - j|`` to the scores of head h, a linear distance penalty.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "sinusoidal_encoding",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+
+def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """(length, d_model) matrix of the paper:
+
+        PE[pos, 2i] = sin(pos / base^(2i/d)),   PE[pos, 2i+1] = cos(pos / base^(2i/d))
+
+    Wavelengths grow geometrically from 2*pi (i = 0) to 2*pi * base (i -> d/2).
+    """
+    if length < 1 or d_model < 2 or d_model % 2:
+        raise ValueError(f"need length >= 1 and an even d_model >= 2, got {length}, {d_model}")
+    pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
+    angles = pos * inv_freq  # (L, d/2)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal matrix to (B, L, d_model) embeddings. No parameters, any length
+    up to ``max_len`` (which only sizes the cache; it grows on demand)."""
+
+    def __init__(self, d_model: int, max_len: int = 4096, dropout: float = 0.0):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        L = x.shape[1]
+        if offset + L > self.pe.shape[0]:  # a fixed formula: extend rather than fail
+            self.pe = sinusoidal_encoding(offset + L, self.d_model).to(self.pe.device)
+        return self.dropout(x + self.pe[offset:offset + L].to(x.dtype))  # (B, L, D) + (L, D)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trainable table of ``max_len`` position vectors (BERT, GPT-2). It has a hard length limit:
+    position ``max_len`` has no row, so a longer input raises a ValueError."""
+
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        L = x.shape[1]
+        if offset + L > self.max_len:
+            raise ValueError(
+                f"sequence of length {offset + L} is longer than the learned position table "
+                f"(max_len={self.max_len}); a learned embedding has no vector for later positions")
+        positions = torch.arange(offset, offset + L, device=x.device)
+        return self.dropout(x + self.embedding(positions))  # (B, L, D) + (L, D)
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotate consecutive feature pairs (x[2i], x[2i+1]) of ``x`` (..., L, d) by ``pos * theta_i``,
+    ``theta_i = base^(-2i/d)``. Because rotations compose, <R(m) q, R(n) k> = <q, R(n - m) k>."""
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"RoPE needs an even head dimension, got {d}")
+    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # (d/2,)
+    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq  # (L, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
+    out = torch.empty_like(x)
+    out[..., 0::2] = x_even * cos - x_odd * sin
+    out[..., 1::2] = x_even * sin + x_odd * cos
+    return out
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al. 2021) as a module: ``rope(x, offset=0)`` rotates (..., L, d_k) by positions
+    ``offset .. offset + L - 1``. Plug it into :class:`MultiHeadAttention` via ``rotary=``."""
+
+    def __init__(self, d_k: int, base: float = 10000.0):
+        super().__init__()
+        if d_k % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {d_k}")
+        self.d_k, self.base = d_k, base
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        return apply_rotary(x, positions, self.base)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/h), 2^(-16/h), ...
+    For a head count that is not a power of two, the paper's interleaving rule is used."""
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        slopes = power_of_two(num_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(num_heads))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes)
+
+
+def alibi_bias(num_heads: int, L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
+    """(1, H, L_q, L_k) additive bias ``-slope_h * |i - j|`` (queries aligned to the end of the keys)."""
+    L_k = L_q if L_k is None else L_k
+    i = torch.arange(L_q, device=device).unsqueeze(1) + (L_k - L_q)  # (L_q, 1)
+    j = torch.arange(L_k, device=device).unsqueeze(0)  # (1, L_k)
+    distance = (i - j).abs().float()  # (L_q, L_k)
+    slopes = alibi_slopes(num_heads).to(device)  # (H,)
+    return -(slopes[:, None, None] * distance).unsqueeze(0)  # (1, H, L_q, L_k)
