@@ -1,0 +1,46 @@
+"""The FLOP model reproduces the seed's table and agrees with torch's own FLOP counter."""
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import transformer_lib as tl
+
+# DL0033's table at d_model = 512 (attention % / FFN %), taken from the seed text.
+SEED_TABLE = {64: (34.69, 65.31), 256: (38.46, 61.54), 1024: (50.00, 50.00), 4096: (71.43, 28.57)}
+
+
+@pytest.mark.parametrize("n", sorted(SEED_TABLE))
+def test_seed_table(n):
+    row = {r["n"]: r for r in tl.cost_table([n], d=512)}[n]
+    assert (row["attention"], row["ffn"]) == SEED_TABLE[n]
+
+
+def test_crossover_at_2d():
+    from transformer_lib.cost import attention_ffn_crossover
+    assert attention_ffn_crossover(512) == 1024
+    c = tl.block_flops(1024, 512)
+    assert c.attention == c.ffn
+    assert tl.block_flops(1023, 512).attention < tl.block_flops(1023, 512).ffn
+    # expansion 1: the projections are the largest term at short lengths
+    s = tl.block_flops(64, 512, expansion=1).shares()
+    assert s["projections"] > s["ffn"] > s["scores"]
+
+
+@pytest.mark.parametrize("n, d", [(16, 32), (64, 64)])
+def test_model_matches_torch_flop_counter(n, d):
+    layer = tl.EncoderLayer(d, 4, 4 * d).eval()
+    layer.keep_weights = True  # explicit matmuls for Q K^T and A V
+    x = torch.randn(1, n, d)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        layer(x)
+    measured_macs = counter.get_total_flops() / 2  # torch counts 2 FLOPs per multiply-add
+    assert measured_macs == tl.block_flops(n, d).total
+
+
+def test_parameter_counts():
+    counts = tl.transformer_parameters(vocab_size=37000)
+    model = tl.Transformer(512, 8, 6, 6, 2048)
+    assert counts["encoder"] + counts["decoder"] == tl.count_parameters(model)
+    assert 60e6 < counts["total"] < 66e6  # the paper reports 65M for the base model
+    with pytest.raises(ValueError):
+        tl.block_flops(0, 512)

@@ -1,0 +1,51 @@
+"""Chapter pipeline: .md and .ipynb in sync, volatile metadata stripped, template followed."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from transformer_lib.notebooks import cells_in_sync
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*.md"))
+CONTENT = [p for p in CHAPTERS if not p.name.startswith("00-")]
+
+
+def test_chapters_exist():
+    assert CHAPTERS and CHAPTERS[0].name == "00-how-to-use.md"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_pairing_in_sync(md):
+    assert cells_in_sync(md) == []
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_executed_and_stripped(md):
+    nb = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None for c in code), "not executed: run `make chapters`"
+    assert not any("execution" in c.metadata for c in nb.cells), "execution timestamps left in"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"{md.name} has error outputs"
+    assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,md:myst"
+
+
+@pytest.mark.parametrize("md", CONTENT, ids=lambda p: p.stem)
+def test_template(md):
+    text = md.read_text()
+    for heading in ("## Exercises", "## Summary", "## Further reading"):
+        assert re.search(rf"^{re.escape(heading)}", text, re.M), f"{md.name} lacks '{heading}'"
+    assert re.search(r"question", text, re.I) and re.search(r"short answer", text, re.I)
+    assert len(re.findall(r"\bexplore\(", text)) >= 2, f"{md.name}: fewer than two widgets"
+    assert len(set(re.findall(r"""check\(\s*["']([\w.]+)""", text))) >= 3, f"{md.name}: fewer than three exercises"
+    assert re.search(r"seed_everything\(", text), f"{md.name} is not seeded"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_widget_cells_are_tagged(md):
+    nb = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code" and re.search(r"^explore\(|\n\s*explore\(", c.source):
+            assert "nbval-ignore-output" in c.metadata.get("tags", []), f"{md.name}: untagged widget cell"
