@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test test-lib test-chapters book chapters lab clean student instructor slides browser-deps
+.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps
 
 venv: $(STAMP)
 
@@ -45,3 +45,22 @@ lab: venv
 
 clean:
 	rm -rf book/_build dist .pytest_cache
+
+# --- teaching kit -------------------------------------------------------------------------
+# Student copies: no solution cells, no outputs on exercise stubs and check cells.
+student: venv
+	rm -rf dist/student
+	$(PY) -m transformer_lib.teaching student chapters dist/student
+
+# Instructor copies: the full executed notebooks and their MyST sources.
+instructor: venv
+	rm -rf dist/instructor
+	$(PY) -m transformer_lib.teaching instructor chapters dist/instructor
+
+# One offline reveal.js deck per chapter (one slide per heading) in dist/slides.
+slides: venv
+	$(PY) -m transformer_lib.slides chapters/*.ipynb --out dist/slides
+
+# A learner's progress: runs every checker in a copy of the notebooks (default: dist/student).
+progress: venv
+	$(PY) -m transformer_lib.progress $(or $(DIR),dist/student)
