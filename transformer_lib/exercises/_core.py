@@ -28,6 +28,9 @@ class Result:
     def __str__(self) -> str:
         return f"{'PASS' if self.passed else 'NOT YET'} [{self.name}]: {self.message}"
 
+    def _ipython_display_(self) -> None:
+        """Show nothing as a cell's value: :func:`check` has already printed the verdict."""
+
 
 @dataclass
 class Exercise:
