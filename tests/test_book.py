@@ -1,0 +1,222 @@
+"""The static HTML book: table of contents, book-only notebook edits, offline assets, solutions.
+
+The first tests read only the sources and run in milliseconds; the rest read book/_build/html,
+which ``book.ensure_built()`` (book/build.py) rebuilds when an input changed since the last build.
+tests/test_browser.py opens the same build in Chromium.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book"))
+import build as book  # noqa: E402  (book/build.py)
+
+PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Appendix"]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def load_parts():
+    return book._load_yaml(book.BOOK / "parts.yml")
+
+
+# -- sources ----------------------------------------------------------------------------------
+def test_parts_in_seed_order_and_every_chapter_listed():
+    parts = load_parts()
+    assert [p["caption"] for p in parts["parts"]] == PARTS
+    planned = book.planned_chapters(parts)
+    numbers = [int(s[:2]) for s in planned]
+    assert numbers == list(range(len(planned))), "chapters must be listed in their numbered order"
+    assert book.unplanned_chapters(parts) == [], "add these chapters to book/parts.yml"
+
+
+def test_toc_holds_exactly_the_chapters_that_exist():
+    toc = book.make_toc()
+    in_toc = [c["file"] for p in toc["parts"] for c in p["chapters"] if c["file"].startswith("chapters/")]
+    on_disk = sorted(p.stem for p in book.CHAPTERS_SRC.glob("*.ipynb")
+                     if book.CHAPTER_RE.match(p.stem) and p.with_suffix(".md").exists())
+    assert in_toc == [f"chapters/{s}" for s in on_disk]
+    pages = {c["file"] for p in toc["parts"] for c in p["chapters"]}
+    assert {"notation", "references", "authoring"} <= pages
+    assert toc["root"] == "index"
+
+
+def test_toc_skips_planned_chapters_that_do_not_exist_yet():
+    parts = {"root": "index", "parts": [
+        {"caption": "A", "files": ["chapters/00-how-to-use", "chapters/98-not-written-yet", "notation"]},
+        {"caption": "B", "files": ["chapters/99-not-written-either"]},
+    ]}
+    toc = book.make_toc(parts)
+    assert toc["parts"] == [{"caption": "A", "chapters": [{"file": "chapters/00-how-to-use"}, {"file": "notation"}]}]
+    with pytest.raises(FileNotFoundError, match="no-such-page"):
+        book.make_toc({"root": "index", "parts": [{"caption": "A", "files": ["no-such-page"]}]})
+
+
+def _nb(cells, widgets=True):
+    return {"cells": cells, "metadata": {"widgets": {"state": {}}} if widgets else {}, "nbformat": 4,
+            "nbformat_minor": 5}
+
+
+def test_book_copy_hides_solutions_drops_widget_state_and_relinks():
+    md = {"cell_type": "markdown", "metadata": {},
+          "source": "See [masks](04-masking.md#causal), [heads](03-multi-head-attention.md), "
+                    "[a later one](12-encoder-vs-decoder.md) and [a typo](44-nothing.md)."}
+    sol = {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": "x = 1", "outputs": []}
+    nb = _nb([md, sol])
+    out = book.book_notebook(nb, existing={"04-masking", "03-multi-head-attention"},
+                             planned={"04-masking", "03-multi-head-attention", "12-encoder-vs-decoder"})
+    assert "widgets" not in out["metadata"]
+    assert out["cells"][0]["source"] == ("See [masks](04-masking.ipynb#causal), [heads](03-multi-head-attention.ipynb), "
+                                         "a later one and [a typo](44-nothing.md).")
+    assert out["cells"][1]["metadata"]["tags"] == ["solution", "hide-input"]
+    assert out["cells"][1]["metadata"]["mystnb"]["code_prompt_show"] == "Show solution"
+    assert nb["cells"][1]["metadata"]["tags"] == ["solution"], "the input notebook must stay untouched"
+
+
+def test_error_outputs_are_found():
+    ok = {"cell_type": "code", "metadata": {"tags": ["raises-exception"]}, "source": "1/0",
+          "outputs": [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "", "traceback": []}]}
+    bad = {**ok, "metadata": {}}
+    assert book.error_cells(_nb([ok, bad])) == [1]
+
+
+@pytest.mark.parametrize("stem", book.existing_chapters())
+def test_chapter_notebook_renders_statically(stem):
+    """No error output, and every widget carries the static HTML control the book shows."""
+    nb = json.loads((book.CHAPTERS_SRC / f"{stem}.ipynb").read_text(encoding="utf8"))
+    assert book.error_cells(nb) == []
+    for n, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data:
+                assert "tlib-widget" in "".join(data.get("text/html", "")), (
+                    f"{stem} cell {n}: a widget without a static rendering is dead in the book; "
+                    "use transformer_lib.widgets.explore")
+
+
+def test_config_is_offline_and_never_executes():
+    cfg = book._load_yaml(book.BOOK / "_config.yml")
+    sphinx = cfg["sphinx"]["config"]
+    assert cfg["execute"]["execute_notebooks"] == "off"
+    assert sphinx["nb_ipywidgets_js"] == {}
+    assert ["html", "text/html", 5] in sphinx["nb_mime_priority_overrides"]
+    assert not sphinx["mathjax_path"].startswith(("http:", "https:", "//"))
+    assert "sphinx_thebe" not in sphinx["extensions"]
+    assert not (book.BOOK / "_static").exists(), "Jupyter Book 1 would load every .js in book/_static"
+
+
+def test_bibliography_has_the_papers_the_book_cites():
+    bib = (book.BOOK / "references.bib").read_text(encoding="utf8")
+    for key, what in [("vaswani2017attention", "Attention Is All You Need"),
+                      ("beltagy2020longformer", "Longformer"), ("zaheer2020bigbird", "Big Bird"),
+                      ("su2021roformer", "Rotary Position Embedding"), ("press2022train", "Linear Biases"),
+                      ("xiong2020layer", "Layer Normalization in the Transformer"),
+                      ("oord2016wavenet", "WaveNet")]:
+        assert re.search(r"@\w+\{" + key + r",[^@]*" + re.escape(what), bib), key
+
+
+# -- the built HTML ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def html():
+    return book.ensure_built()
+
+
+class _Resources(HTMLParser):
+    """Every URL an HTML page makes the browser fetch by itself (not plain <a> links)."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[tuple[str, str]] = []
+        self.inline_css: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "style":
+            self._in_style = True
+        if a.get("style"):
+            self.inline_css.append(a["style"])
+        if tag == "link" and a.get("href"):
+            rel = (a.get("rel") or "").lower()
+            if any(r in rel for r in ("stylesheet", "preload", "icon", "modulepreload", "prefetch", "font", "manifest")):
+                self.urls.append((f"link[{rel}]", a["href"]))
+        for attr in ("src", "srcset", "data", "poster"):
+            if a.get(attr) and tag in ("script", "img", "iframe", "source", "audio", "video", "embed", "object",
+                                       "track", "input", "image"):
+                self.urls.append((f"{tag}[{attr}]", a[attr]))
+
+    def handle_endtag(self, tag):
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.inline_css.append(data)
+
+
+EXTERNAL = re.compile(r"^\s*(https?:)?//", re.I)
+CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])([^'")\s]+)""", re.I)
+
+
+def _external_css(css: str) -> list[str]:
+    return [u for u in CSS_URL.findall(css) if EXTERNAL.match(u)]
+
+
+def test_book_pages_exist(html):
+    toc = book.make_toc()
+    for f in [toc["root"]] + [c["file"] for p in toc["parts"] for c in p["chapters"]]:
+        assert (html / f"{f}.html").exists(), f
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+    assert list((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+
+
+def test_no_external_scripts_stylesheets_or_fonts(html):
+    problems = []
+    for page in sorted(html.rglob("*.html")):
+        parser = _Resources()
+        text = page.read_text(encoding="utf8")
+        parser.feed(text)
+        rel = page.relative_to(html)
+        problems += [f"{rel}: {what} = {url}" for what, url in parser.urls if EXTERNAL.match(url)]
+        problems += [f"{rel}: inline css {u}" for css in parser.inline_css for u in _external_css(css)]
+        for needle in ("require.min.js", "embed-amd.js", "html-manager", "widget-state+json", "thebe@", "cdn.jsdelivr",
+                       "unpkg.com", "cdnjs", "fonts.googleapis"):
+            if needle in text:
+                problems.append(f"{rel}: mentions {needle}")
+    for css in sorted(html.rglob("*.css")):
+        problems += [f"{css.relative_to(html)}: {u}" for u in _external_css(css.read_text(encoding="utf8"))]
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_external_url_scanner_catches_cdn_assets():
+    parser = _Resources()
+    parser.feed('<link rel="stylesheet" href="https://cdn.example.org/x.css"><script src="//cdn.example.org/m.js">'
+                '</script><img src="data:image/png;base64,AAAA"><a href="https://arxiv.org/abs/1706.03762">paper</a>'
+                '<style>@font-face{src:url(https://fonts.example.org/f.woff2)}</style>')
+    external = [u for _, u in parser.urls if EXTERNAL.match(u)]
+    assert external == ["https://cdn.example.org/x.css", "//cdn.example.org/m.js"]
+    assert [u for c in parser.inline_css for u in _external_css(c)] == ["https://fonts.example.org/f.woff2"]
+
+
+@pytest.mark.parametrize("stem", book.existing_chapters())
+def test_chapter_page_solutions_collapsed_and_widgets_static(html, stem):
+    text = (html / "chapters" / f"{stem}.html").read_text(encoding="utf8")
+    nb = json.loads((book.CHAPTERS_SRC / f"{stem}.ipynb").read_text(encoding="utf8"))
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    n_solution = sum("solution" in c.get("metadata", {}).get("tags", []) for c in cells)
+    n_widgets = sum(WIDGET_VIEW in o.get("data", {}) for c in cells for o in c.get("outputs", []))
+    # each solution cell: its input inside a closed <details> toggle labelled "Show solution"
+    solution_divs = re.findall(r'<div class="(cell tag_solution[^"]*)">(.*?)(?=<div class="cell[ "]|$)', text, flags=re.S)
+    assert len(solution_divs) == n_solution
+    for classes, div in solution_divs:
+        assert "tag_hide-input" in classes.split()
+        assert re.match(r'\s*<details class="[^"]*hide above-input">\s*<summary', div), "solution not collapsed"
+        assert "Show solution" in div and "<details open" not in div
+    assert text.count("class='tlib-widget'") == n_widgets
+    assert "jupyter-widgets" not in text
