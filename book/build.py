@@ -10,7 +10,7 @@
 2. The executed chapters, chapters/NN-slug.ipynb, copied to book/chapters/ (gitignored), with
    book-only edits: widget state dropped (the book shows each widget's static HTML control, no
    widget manager), solution cells collapsed behind "Show solution", links to sibling chapters'
-   .md sources pointed at the notebooks. Only the .ipynb is copied, so no chapter is built twice,
+   .md sources pointed at the notebooks, progress bars' carriage returns collapsed. Only the .ipynb is copied, so no chapter is built twice,
    and nothing is executed: the outputs are the committed, nbval-tested ones.
 3. book/_toc.yml from book/parts.yml: every listed chapter whose .md and .ipynb exist, every
    listed page.
@@ -117,6 +117,18 @@ def unplanned_chapters(parts: dict | None = None) -> list[str]:
     return sorted(p.stem for p in CHAPTERS_SRC.glob("*.md") if CHAPTER_RE.match(p.stem) and p.stem not in planned)
 
 
+def collapse_carriage_returns(text) -> str:
+    """What a terminal shows of a stream: each line's text after its last carriage return.
+
+    A progress bar (tqdm) rewrites its line with '\\r'; the notebook stores every state."""
+    text = "".join(text) if isinstance(text, list) else text
+    lines = []
+    for line in text.split("\n"):
+        parts = [p for p in line.split("\r") if p]
+        lines.append(parts[-1] if parts else "")
+    return "\n".join(lines)
+
+
 def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
     """The book's copy of an executed chapter notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
@@ -135,6 +147,9 @@ def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
         if cell["cell_type"] == "markdown":
             cell["source"] = LINK_RE.sub(relink, source)
         elif cell["cell_type"] == "code":
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    out["text"] = collapse_carriage_returns(out["text"])
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
             if "solution" in tags:
                 if "hide-input" not in tags:

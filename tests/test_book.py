@@ -79,6 +79,15 @@ def test_book_copy_hides_solutions_drops_widget_state_and_relinks():
     assert nb["cells"][1]["metadata"]["tags"] == ["solution"], "the input notebook must stay untouched"
 
 
+def test_progress_bars_collapse_to_their_last_state():
+    text = ["train:  0%|   | 0/10\r", "train: 50%|## | 5/10\rtrain:100%|###| 10/10\n", "loss 0.125\n"]
+    assert book.collapse_carriage_returns(text) == "train:100%|###| 10/10\nloss 0.125\n"
+    stream = {"cell_type": "code", "metadata": {}, "source": "fit()",
+              "outputs": [{"output_type": "stream", "name": "stderr", "text": text}]}
+    out = book.book_notebook(_nb([stream]), set(), set())
+    assert out["cells"][0]["outputs"][0]["text"] == "train:100%|###| 10/10\nloss 0.125\n"
+
+
 def test_error_outputs_are_found():
     ok = {"cell_type": "code", "metadata": {"tags": ["raises-exception"]}, "source": "1/0",
           "outputs": [{"output_type": "error", "ename": "ZeroDivisionError", "evalue": "", "traceback": []}]}
