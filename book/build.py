@@ -270,6 +270,7 @@ def build() -> None:
     if result.returncode != 0:
         STAMP.unlink(missing_ok=True)
         raise BuildError(f"jupyter-book build failed (exit {result.returncode}); see the warnings above")
+    (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")
     print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)
 

@@ -182,6 +182,7 @@ def test_book_pages_exist(html):
     for f in [toc["root"]] + [c["file"] for p in toc["parts"] for c in p["chapters"]]:
         assert (html / f"{f}.html").exists(), f
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+    assert (html / ".nojekyll").exists(), "GitHub Pages would hide the _static folder"
     assert list((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
 
 

@@ -229,3 +229,16 @@ def test_solutions_hidden_until_toggled(browser, site):
             assert not log.problems, "\n".join(log.problems)
         finally:
             page.close()
+
+
+def test_search_works_offline(browser, site):
+    page = browser.new_page()
+    log = PageLog(page, site)
+    try:
+        page.goto(f"{site}/search.html?q=softmax", wait_until="load")
+        hits = page.locator("#search-results ul.search li")
+        hits.first.wait_for(timeout=20_000)
+        assert hits.count() >= 1
+        assert not log.problems, "\n".join(log.problems)
+    finally:
+        page.close()
