@@ -36,6 +36,14 @@ def test_parts_in_seed_order_and_every_chapter_listed():
     assert book.unplanned_chapters(parts) == [], "add these chapters to book/parts.yml"
 
 
+def test_every_book_page_is_in_the_toc():
+    """A page under book/ that parts.yml does not list would silently stay out of the book."""
+    parts = load_parts()
+    listed = {parts["root"]} | {f for p in parts["parts"] for f in p["files"]}
+    pages = {p.stem for p in book.BOOK.glob("*.md")} | {p.stem for p in book.BOOK.glob("*.ipynb")}
+    assert pages - listed == set(), "add these pages to book/parts.yml"
+
+
 def test_toc_holds_exactly_the_chapters_that_exist():
     toc = book.make_toc()
     in_toc = [c["file"] for p in toc["parts"] for c in p["chapters"] if c["file"].startswith("chapters/")]
