@@ -1,0 +1,171 @@
+"""Measuring a forward pass three ways: wall time, FLOPs, and the dependency chain of its ops.
+
+* :func:`time_call` times a call on any device (it synchronizes CUDA / MPS before reading the
+  clock, which is the classic mistake in GPU timing) and returns the fastest of a few repeats:
+  on a shared machine the minimum is the least disturbed run.
+* :func:`count_flops` wraps ``torch.utils.flop_counter.FlopCounterMode``: FLOPs per sub-module,
+  counted from the shapes of the matrix products actually dispatched. It counts 2 FLOPs per
+  multiply-add and ignores element-wise work (softmax, norms, activations, bias adds).
+* :func:`trace_ops` records every aten operation a call dispatches and, for each one, how many
+  operations had to finish before it could start. The longest such chain is the call's
+  *critical path*: no amount of hardware can finish the call in fewer dependent steps. It is a
+  count, so it is exact and the same on every machine, unlike a timing.
+
+Used by the chapters "RNN vs Transformer" (critical path, timings) and "Where the compute goes"
+(FLOPs measured vs the model in :mod:`transformer_lib.cost`).
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["time_call", "synchronize", "count_flops", "FlopCount", "trace_ops", "OpTrace"]
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until every queued kernel on ``device`` has finished (no-op on the CPU)."""
+    kind = torch.device(device).type if device is not None else None
+    if kind in (None, "cuda") and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    if kind in (None, "mps") and getattr(torch.backends, "mps", None) is not None \
+            and torch.backends.mps.is_available():
+        torch.mps.synchronize()
+
+
+def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=None, **kwargs) -> float:
+    """Seconds taken by ``fn(*args, **kwargs)``: the minimum over ``repeats`` timed runs.
+
+    ``warmup`` untimed runs come first (kernel selection, caches, lazy initialization). GPU
+    kernels run asynchronously, so the device is synchronized before each clock read; without
+    that a GPU timing measures only how long it took to *queue* the work.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@dataclass
+class FlopCount:
+    """FLOPs of one call: ``total`` and ``by_module`` (dotted module path -> FLOPs, parents included)."""
+    total: int
+    by_module: dict[str, int]
+    by_op: dict[str, int]
+
+
+def count_flops(module: torch.nn.Module, *args, **kwargs) -> FlopCount:
+    """FLOPs of ``module(*args, **kwargs)`` (no gradients) counted by ``FlopCounterMode``.
+
+    Only operations with a registered FLOP formula are counted (matmuls, convolutions and the
+    GPU attention kernels). An operation without one counts zero, silently: on the CPU, the fused
+    ``_scaled_dot_product_flash_attention_for_cpu`` kernel is such an operation, so the score
+    and mixing products of ``F.scaled_dot_product_attention`` go missing there. Setting
+    ``keep_weights = True`` on the library's layers routes attention through explicit matmuls,
+    which are counted.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        module(*args, **kwargs)
+    counts = counter.get_flop_counts()
+    root = type(module).__name__
+    by_module = {}
+    for name, ops in counts.items():
+        if name == "Global":
+            continue
+        short = name[len(root) + 1:] if name.startswith(root + ".") else ("" if name == root else name)
+        by_module[short] = int(sum(ops.values()))
+    by_op = Counter()
+    for op, value in counts.get("Global", {}).items():
+        by_op[str(op)] += int(value)
+    return FlopCount(total=int(counter.get_total_flops()), by_module=by_module, by_op=dict(by_op))
+
+
+@dataclass
+class OpTrace:
+    """What :func:`trace_ops` saw.
+
+    ``ops``: number of compute operations dispatched (views excluded), roughly the number of
+    kernel launches on a GPU. ``depth``: the longest chain of operations in which each one needs
+    the previous one's output (the critical path). ``counts``: operations by name.
+    """
+    ops: int
+    depth: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def parallelism(self) -> float:
+        """ops / depth: how many operations could run side by side on average."""
+        return self.ops / max(self.depth, 1)
+
+
+class _DepthMode(TorchDispatchMode):
+    """Give every tensor storage the length of the longest chain of ops that produced it.
+
+    Depth is tracked per storage, so an in-place write through a view also raises the depth of
+    the tensor it views. Views themselves are free: they add no step to the chain.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.depth: dict[int, int] = {}
+        self.ops = 0
+        self.max_depth = 0
+        self.counts: Counter = Counter()
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> int | None:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # pragma: no cover - exotic tensor subclasses
+            return None
+        return storage.data_ptr() if storage.nbytes() > 0 else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        before = max((self.depth.get(self._key(a), 0) for a in inputs), default=0)
+        is_view = bool(getattr(func, "is_view", False))
+        d = before if is_view else before + 1
+        if not is_view:
+            self.ops += 1
+            self.counts[str(func.overloadpacket.__name__)] += 1
+        for o in tree_flatten(out)[0]:
+            if isinstance(o, torch.Tensor):
+                key = self._key(o)
+                if key is not None:
+                    self.depth[key] = d
+        self.max_depth = max(self.max_depth, d)
+        return out
+
+
+def trace_ops(fn: Callable, *args, **kwargs) -> OpTrace:
+    """Run ``fn(*args, **kwargs)`` without gradients and return its :class:`OpTrace`.
+
+    Inputs and parameters start at depth 0; each non-view operation's output sits one step
+    deeper than its deepest input. For an RNN over n tokens the depth grows like n (each step
+    waits for the last); for a Transformer layer it is the same at every n.
+
+    A fused kernel counts as one operation, whatever it does inside: on a GPU, cuDNN runs a
+    whole ``nn.RNN`` as one kernel that still loops over the n steps internally, so read the
+    depth as a count of *dispatched* dependent operations.
+    """
+    mode = _DepthMode()
+    with torch.no_grad(), mode:
+        fn(*args, **kwargs)
+    return OpTrace(ops=mode.ops, depth=mode.max_depth, counts=dict(mode.counts))
