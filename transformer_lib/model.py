@@ -121,6 +121,11 @@ class Seq2SeqTransformer(nn.Module):
         self.transformer = Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers,
                                        d_ff, dropout, norm_first=norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab)
+        # Embeddings are multiplied by sqrt(d_model) in _embed; starting them at std 1/sqrt(d_model)
+        # makes the product unit-scale, comparable with the positional encoding (whose entries
+        # lie in [-1, 1]). With torch's default N(0, 1) the positions would be drowned 8:1 at d=64.
+        for emb in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(emb.weight, std=d_model ** -0.5)
 
     def _embed(self, emb: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
         return self.pos(emb(tokens) * math.sqrt(self.d_model))  # (B, L, D)
