@@ -144,19 +144,29 @@ def _visible_panels(widget) -> list[str]:
                            ".filter(p => getComputedStyle(p).display !== 'none').map(p => p.dataset.key)")
 
 
-def _move_first_control(page, widget) -> None:
-    control = widget.locator("[data-tlib-control]").first
-    kind = control.evaluate("c => c.tagName.toLowerCase() + ':' + (c.type || '')")
-    if kind == "input:range":
-        at_max = control.evaluate("c => c.value === c.max")
-        control.focus()
-        page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")  # a real key press: fires 'input'
-    elif kind == "input:checkbox":
-        control.click()
-    else:
-        options = control.evaluate("c => [...c.options].map(o => o.value)")
-        current = control.input_value()
-        control.select_option(next(v for v in options if v != current))
+def _move_a_control(page, widget) -> bool:
+    """Change the first control that has more than one setting, as a reader would; False if none.
+
+    (A Text control without presets is a one-option dropdown in the static book.)"""
+    controls = widget.locator("[data-tlib-control]")
+    for k in range(controls.count()):
+        control = controls.nth(k)
+        kind = control.evaluate("c => c.tagName.toLowerCase() + ':' + (c.type || '')")
+        if kind == "input:range" and control.evaluate("c => Number(c.max) > Number(c.min)"):
+            at_max = control.evaluate("c => c.value === c.max")
+            control.focus()
+            page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")  # a real key press: fires 'input'
+            return True
+        if kind == "input:checkbox":
+            control.click()
+            return True
+        if kind.startswith("select"):
+            options = control.evaluate("c => [...c.options].map(o => o.value)")
+            if len(options) > 1:
+                current = control.input_value()
+                control.select_option(next(v for v in options if v != current))
+                return True
+    return False
 
 
 @pytest.mark.parametrize("name", CHAPTER_PAGES)
@@ -170,7 +180,7 @@ def test_static_widgets_switch_output(browser, site, name):
             before = _visible_panels(w)
             assert len(before) == 1, f"{name} widget {k}: {len(before)} panels shown at first"
             shown_before = w.locator(".tlib-panel:visible").first.inner_html()
-            _move_first_control(page, w)
+            assert _move_a_control(page, w), f"{name} widget {k}: no control with more than one setting"
             after = _visible_panels(w)
             assert len(after) == 1 and after != before, f"{name} widget {k}: panels {before} -> {after}"
             if k == 0:  # the displayed output itself changed, not just the panel's key
