@@ -127,7 +127,7 @@ def test_embeddings_match_reference(lm):
 
 def test_embedding_does_not_depend_on_the_batch(lm):
     alone = torch.cat([lm.encode([s]) for s in SENTENCES[:3]])
-    together = lm.encode(SENTENCES[:3] + [LONG])[:3]  # padded to 256 tokens
+    together = lm.encode(SENTENCES[:3] + [" ".join(["padding"] * 40)])[:3]  # padded to 42 tokens
     small_batches = lm.encode(SENTENCES[:3], batch_size=2)
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
     torch.testing.assert_close(small_batches, alone, atol=1e-5, rtol=0)
@@ -264,3 +264,14 @@ def test_chapter_checkers_pass_the_library_and_reject_wrong_answers(name):
     assert wrong
     for answer in wrong:
         assert not ex.run(answer).passed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_the_reference():
+    lm_cuda = load_minilm("cuda")
+    assert next(lm_cuda.model.parameters()).is_cuda
+    emb = lm_cuda.encode(SENTENCES)  # returned on the CPU
+    torch.testing.assert_close(emb[:, :6], torch.tensor(HEAD6[:5]), atol=ATOL, rtol=0)
+    A = lm_cuda.attentions(SENTENCES[0])
+    for layer, head, i, j, value in ATTN:
+        assert abs(A[layer, head, i, j].item() - value) < ATOL, (layer, head, i, j)
