@@ -107,3 +107,19 @@ def test_entropy_reference_limits():
     one_hot = torch.eye(L)
     assert torch.allclose(ch01_attention._entropy_reference(uniform), torch.full((2,), math.log(L)))
     assert torch.equal(ch01_attention._entropy_reference(one_hot), torch.zeros(L))
+
+
+def test_executed_notebooks_keep_one_stream_per_run_of_prints():
+    """notebooks.strip_volatile merges the kernel's timer-split stdout chunks (chapters 1-2 print
+    tables in loops), so a re-execution under load leaves the saved .ipynb unchanged."""
+    import nbformat
+    from transformer_lib.notebooks import _coalesce_streams
+
+    outs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+            nbformat.v4.new_output("stream", name="stderr", text="warn\n"),
+            nbformat.v4.new_output("display_data", data={"text/plain": "x"}),
+            nbformat.v4.new_output("stream", name="stdout", text="c\n")]
+    merged = _coalesce_streams(outs)
+    assert [o.get("name", o["output_type"]) for o in merged] == ["stdout", "stderr", "display_data", "stdout"]
+    assert merged[0]["text"] == "a\nb\n"
