@@ -55,6 +55,24 @@ def cells_in_sync(md_path: str | Path, ipynb_path: str | Path | None = None) -> 
     return problems
 
 
+def _coalesce_streams(outputs: list) -> list:
+    """Merge consecutive stream outputs of the same name (stdout/stderr).
+
+    The kernel flushes printed text on a timer, so where one cell's text is split into stream
+    outputs depends on the machine's load; merging makes the saved notebook deterministic (nbval
+    merges them the same way before comparing).
+    """
+    merged: list = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            text = [merged[-1]["text"], out["text"]]
+            merged[-1]["text"] = "".join("".join(t) if isinstance(t, list) else t for t in text)
+        else:
+            merged.append(out)
+    return merged
+
+
 def strip_volatile(nb, name: str):
     """Remove timestamps and make widget model ids deterministic; return nb.
 
@@ -62,6 +80,8 @@ def strip_volatile(nb, name: str):
     """
     for n, cell in enumerate(nb.cells):
         cell.get("metadata", {}).pop("execution", None)
+        if cell.get("outputs"):
+            cell["outputs"] = _coalesce_streams(cell["outputs"])
         cell["id"] = hashlib.sha1(f"{n}:{cell['source']}".encode()).hexdigest()[:8]  # not random
     nb.metadata.pop("papermill", None)
     nb.metadata["kernelspec"] = KERNELSPEC
