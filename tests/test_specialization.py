@@ -132,3 +132,13 @@ def test_bad_inputs_raise_value_errors():
         head_scores(torch.zeros(2, 3, 3), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="do not match"):
         head_scores(torch.zeros(2, 1, 3, 3), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_cpu_threads_restores_the_setting_even_after_an_error():
+    from transformer_lib.specialization import cpu_threads
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with cpu_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before

@@ -21,6 +21,8 @@ needs no PAD/BOS/EOS.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -33,7 +35,7 @@ from .positional import LearnedPositionalEmbedding
 from .training import fit
 
 __all__ = ["TASKS", "three_lookups_batch", "answer_keys", "LookupModel", "lookup_loss",
-           "lookup_accuracy", "head_scores", "train_lookup_model"]
+           "lookup_accuracy", "head_scores", "train_lookup_model", "cpu_threads"]
 
 TASKS = ("previous", "first", "max")
 
@@ -166,13 +168,32 @@ def head_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.
             for task in TASKS}  # (B, H, L_q) -> (H,)
 
 
+@contextlib.contextmanager
+def cpu_threads(count: int):
+    """Run the block with ``count`` CPU threads for torch, then restore the previous setting.
+
+    Training this model on one thread is a deliberate choice: its matrix products are tiny
+    (64 x 12 tokens of width 32), below the size at which a second thread pays for its
+    synchronisation, and on a busy machine the threads' waits on each other make a step many
+    times slower. One thread also makes the printed losses identical on machines with different
+    core counts.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def train_lookup_model(num_heads: int = 4, num_layers: int = 2, d_model: int = 32, steps: int = 300,
                        batch_size: int = 64, vocab_size: int = 16, length: int = 12, lr: float = 3e-3,
                        seed: int = 0, device=None, progress: bool = False):
     """Train a :class:`LookupModel` on fresh three-lookups batches; return ``(model, losses)``.
 
     Deterministic for a given ``seed`` on a given device. The defaults reach ~99% accuracy on all
-    three tasks in 300 steps (a few seconds on a CPU core).
+    three tasks in 300 steps (a few seconds on a CPU core). On the CPU it trains on one thread
+    (see :func:`cpu_threads`).
     """
     generator = seed_everything(seed)
     model = LookupModel(vocab_size, length, d_model, num_heads, num_layers).to(device)
@@ -181,6 +202,8 @@ def train_lookup_model(num_heads: int = 4, num_layers: int = 2, d_model: int = 3
         tokens, targets = three_lookups_batch(batch_size, length, vocab_size, generator)
         return tokens.to(device), {t: y.to(device) for t, y in targets.items()}
 
-    losses = fit(model, make_batch, lookup_loss, steps, lr=lr, progress=progress,
-                 desc="three lookups")
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    with cpu_threads(1) if on_cpu else contextlib.nullcontext():
+        losses = fit(model, make_batch, lookup_loss, steps, lr=lr, progress=progress,
+                     desc="three lookups")
     return model, losses
