@@ -63,6 +63,7 @@ def test_schedule_time_bounds(n, d, lanes, factor):
         assert max(len(levels), math.ceil(work / lanes)) <= t <= work / lanes + len(levels)  # Brent
         assert schedule_time(levels, lanes * factor) <= t  # more lanes never hurt
         assert schedule_time(levels, work) == len(levels)  # enough lanes: time = depth
+        assert schedule_time(levels, lanes, overhead=factor) == t + factor * len(levels)
 
 
 def test_schedule_time_favours_rnn_on_few_lanes_and_transformer_on_many():
@@ -80,6 +81,8 @@ def test_sequential_steps():
 def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="lanes"):
         schedule_time(rnn_levels(4, 4), 0)
+    with pytest.raises(ValueError, match="overhead"):
+        schedule_time(rnn_levels(4, 4), 1, overhead=-1)
     with pytest.raises(ValueError, match="n >= 1"):
         rnn_levels(0, 4)
     with pytest.raises(ValueError, match="expansion"):
@@ -90,6 +93,18 @@ def test_bad_inputs_raise():
         sequential_steps("rnn", 4, 0)
     with pytest.raises(ValueError, match="repeats"):
         time_call(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="cpu_time"):
+        time_call(lambda: None, device="cuda", cpu_time=True)
+
+
+def test_time_call_cpu_time_restores_threads_and_measures_work():
+    threads = torch.get_num_threads()
+    a = torch.randn(256, 256)
+    t_small = time_call(torch.mm, a[:32, :32], a[:32, :32], cpu_time=True)
+    t_big = time_call(torch.mm, a, a, repeats=3, cpu_time=True)
+    assert torch.get_num_threads() == threads
+    assert 0 <= t_small < t_big  # 512x the multiply-adds takes longer even with noise
+    assert time_call(lambda: None) >= 0
 
 
 # -- critical path and FLOPs measured --------------------------------------------------------------

@@ -7,8 +7,9 @@ Three ideas from the chapter "RNN vs Transformer", each as a small tool:
   :func:`encoder_levels` list the matrix products (in multiply-accumulates, MACs) of one
   recurrent layer and one Transformer encoder layer; :func:`schedule_time` is how long a machine
   with ``lanes`` multiply-add units needs to run them level by level (Brent's bound, in units of
-  one multiply-add). With few lanes the total work decides (the RNN does less of it); with many
-  lanes the number of levels decides (the RNN has n of them, the Transformer a handful).
+  one multiply-add), optionally with a fixed overhead per level. With few lanes the total work
+  decides (the RNN does less of it); with many lanes the number of levels decides (the RNN has
+  n of them, the Transformer a handful).
 * **A Transformer classifier** with the interface of :class:`~transformer_lib.rnn.RNNClassifier`
   (embedding ``embed``, head on the last position), so the two can be trained on the same task.
 * **Path length.** :func:`input_gradient_norms` measures how much of the loss's gradient reaches
@@ -72,16 +73,20 @@ def encoder_levels(n: int, d: int, batch: int = 1, expansion: float = 4) -> list
             Level("FFN contract", batch * n * e * d)]
 
 
-def schedule_time(levels: list[Level], lanes: float) -> int:
-    """Time to run ``levels`` one after another on ``lanes`` multiply-add units.
+def schedule_time(levels: list[Level], lanes: float, overhead: float = 0) -> float:
+    """Time to run ``levels`` one after another on ``lanes`` multiply-add units, in ticks.
 
-    Each level takes ceil(macs / lanes) ticks, so with 1 lane the time is the total work and with
-    unlimited lanes it is the number of levels (the depth). Real hardware adds memory traffic
-    and a fixed launch cost per level, which only widen the gap at large ``lanes``.
+    A tick is the time one lane takes for one multiply-add. Each level takes
+    ceil(macs / lanes) ticks plus ``overhead``: the fixed cost of starting a dependent step
+    (launching a kernel, synchronizing, waiting for the previous result), which does not shrink
+    with more lanes. With 1 lane and no overhead the time is the total work; with unlimited lanes
+    it is the number of levels times (1 + overhead), the depth.
     """
     if not lanes >= 1:
         raise ValueError(f"lanes must be >= 1, got {lanes}")
-    return sum(math.ceil(level.macs / lanes) for level in levels)
+    if not overhead >= 0:
+        raise ValueError(f"overhead must be >= 0, got {overhead}")
+    return sum(math.ceil(level.macs / lanes) + overhead for level in levels)
 
 
 def sequential_steps(model: str, n: int, num_layers: int = 1) -> int:

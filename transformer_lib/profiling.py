@@ -2,7 +2,8 @@
 
 * :func:`time_call` times a call on any device (it synchronizes CUDA / MPS before reading the
   clock, which is the classic mistake in GPU timing) and returns the fastest of a few repeats:
-  on a shared machine the minimum is the least disturbed run.
+  on a shared machine the minimum is the least disturbed run. On the CPU it can also measure
+  one thread's CPU time, which a busy machine does not inflate.
 * :func:`count_flops` wraps ``torch.utils.flop_counter.FlopCounterMode``: FLOPs per sub-module,
   counted from the shapes of the matrix products actually dispatched. It counts 2 FLOPs per
   multiply-add and ignores element-wise work (softmax, norms, activations, bias adds).
@@ -38,24 +39,41 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.mps.synchronize()
 
 
-def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=None, **kwargs) -> float:
+def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=None,
+              cpu_time: bool = False, **kwargs) -> float:
     """Seconds taken by ``fn(*args, **kwargs)``: the minimum over ``repeats`` timed runs.
 
     ``warmup`` untimed runs come first (kernel selection, caches, lazy initialization). GPU
     kernels run asynchronously, so the device is synchronized before each clock read; without
     that a GPU timing measures only how long it took to *queue* the work.
+
+    ``cpu_time=True`` (CPU only) measures the CPU time of one thread instead of the wall clock:
+    torch is limited to one thread for the measurement and ``time.thread_time`` does not count
+    the time the thread spends waiting for a core, so a busy machine barely changes the result.
+    Use it to compare the *shares* of different operations; it is not the wall time a user sees
+    on a multi-core machine.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    for _ in range(warmup):
-        fn(*args, **kwargs)
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn(*args, **kwargs)
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    if cpu_time and device is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"cpu_time=True measures CPU work; it cannot time a {torch.device(device).type} device")
+    clock = time.thread_time if cpu_time else time.perf_counter
+    threads = torch.get_num_threads()
+    if cpu_time:
+        torch.set_num_threads(1)
+    try:
+        for _ in range(warmup):
+            fn(*args, **kwargs)
+        best = float("inf")
+        for _ in range(repeats):
+            synchronize(device)
+            start = clock()
+            fn(*args, **kwargs)
+            synchronize(device)
+            best = min(best, clock() - start)
+    finally:
+        if cpu_time:
+            torch.set_num_threads(threads)
     return best
 
 
