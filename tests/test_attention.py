@@ -119,3 +119,11 @@ def test_bad_shapes_raise():
         scaled_dot_product_attention(torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 5, 8))
     with pytest.raises(ValueError, match="broadcast"):
         scaled_dot_product_attention(torch.randn(2, 3, 8), torch.randn(3, 4, 8), torch.randn(3, 4, 8))
+
+
+def test_one_dimensional_key_mask_on_both_paths():
+    q = torch.randn(4, 3)
+    mask = torch.tensor([True, False, True, True])  # (L_k,): broadcast over every query
+    out, w = scaled_dot_product_attention(q, q, q, mask)
+    assert torch.equal(w[:, 1], torch.zeros(4))
+    assert torch.allclose(attention_fast(q, q, q, mask), out, atol=ATOL)

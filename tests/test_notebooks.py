@@ -49,3 +49,18 @@ def test_widget_cells_are_tagged(md):
     for c in nb.cells:
         if c.cell_type == "code" and re.search(r"^explore\(|\n\s*explore\(", c.source):
             assert "nbval-ignore-output" in c.metadata.get("tags", []), f"{md.name}: untagged widget cell"
+
+
+def test_rerun_differing_only_in_timings_keeps_the_saved_notebook(tmp_path):
+    from transformer_lib.notebooks import equivalent_to_saved
+    md = CHAPTERS[0]
+    saved = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
+    path = tmp_path / "nb.ipynb"
+    cell = nbformat.v4.new_code_cell("print(t)", outputs=[nbformat.v4.new_output("stream", text="took 12.5 ms\n")])
+    saved.cells.append(cell)
+    nbformat.write(saved, str(path))
+    rerun = nbformat.read(str(path), as_version=4)
+    rerun.cells[-1].outputs[0]["text"] = "took 13.1 ms\n"
+    assert equivalent_to_saved(rerun, path)
+    rerun.cells[-1].outputs[0]["text"] = "took 13.1 ms, accuracy 0.91\n"
+    assert not equivalent_to_saved(rerun, path)

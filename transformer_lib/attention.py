@@ -130,6 +130,8 @@ def attention_fast(
     """
     scores_shape = _check_qkv(q, k, v)
     check_mask_for_scores(mask, scores_shape)
+    if mask is not None and mask.dim() < 2:
+        mask = mask.unsqueeze(0)  # (L_k,) -> (1, L_k): SDPA wants at least a 2-D mask
     visible = _visible_rows(mask)
     attn_mask = None if mask is None else (mask | ~visible)
     if bias is not None:

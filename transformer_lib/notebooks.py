@@ -97,6 +97,42 @@ def strip_volatile(nb, name: str):
     return nb
 
 
+SANITIZE_CFG = Path(__file__).resolve().parents[1] / "tests" / "nbval_sanitize.cfg"
+
+
+def _sanitizers() -> list[tuple[re.Pattern, str]]:
+    """The (regex, replacement) pairs of the nbval sanitize file: timings and addresses."""
+    import configparser
+    if not SANITIZE_CFG.exists():
+        return []
+    cfg = configparser.ConfigParser()
+    cfg.read(SANITIZE_CFG)
+    return [(re.compile(cfg[s]["regex"]), cfg[s]["replace"]) for s in cfg.sections()]
+
+
+def _comparable(nb) -> str:
+    """The notebook as text with timings/addresses masked and images dropped."""
+    import copy
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            out.get("data", {}).pop("image/png", None)
+    text = json.dumps(nb, sort_keys=True)
+    for pattern, replacement in _sanitizers():
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def equivalent_to_saved(nb, ipynb_path: Path) -> bool:
+    """True when ``nb`` differs from the saved notebook only in measured timings (which vary from
+    run to run; nbval masks them too) and in images (plots of those timings). Then the saved file
+    is kept, so re-running an unchanged chapter leaves git clean."""
+    import nbformat
+    if not ipynb_path.exists():
+        return False
+    return _comparable(nbformat.read(str(ipynb_path), as_version=4)) == _comparable(nb)
+
+
 def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
     """Execute one chapter .md into its .ipynb; return the wall time in seconds."""
     import nbformat
@@ -114,7 +150,9 @@ def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
     nb = strip_volatile(nb, md_path.stem)
     # jupytext's own metadata (text_representation) is volatile across versions: keep only formats
     nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
-    nbformat.write(nb, str(md_path.with_suffix(".ipynb")))
+    out = md_path.with_suffix(".ipynb")
+    if not equivalent_to_saved(nb, out):
+        nbformat.write(nb, str(out))
     return elapsed
 
 
