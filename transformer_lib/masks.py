@@ -153,20 +153,9 @@ def key_padding_to_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 
 def validate_mask(mask: torch.Tensor | None, B: int, H: int, L_q: int, L_k: int) -> torch.Tensor | None:
     """Check that ``mask`` is boolean and broadcastable to (B, H, L_q, L_k); return it as 4-D."""
+    from .attention import check_mask_for_scores  # the one place the rule is written
+
     if mask is None:
         return None
-    if not isinstance(mask, torch.Tensor):
-        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(
-            f"mask must be boolean with True = may attend, got dtype {mask.dtype} "
-            "(for an additive float mask use from_torch_mha_mask(mask))")
-    if mask.dim() > 4:
-        raise ValueError(f"mask must have at most 4 dims (B, H, L_q, L_k), got shape {tuple(mask.shape)}")
-    target = (B, H, L_q, L_k)
-    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-    for got, want in zip(shape, target):
-        if got not in (1, want):
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, L_q, L_k) = {target}")
-    return mask.reshape(shape)
+    check_mask_for_scores(mask, (B, H, L_q, L_k))
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
