@@ -1,0 +1,87 @@
+"""Chapter 9 (RNN vs Transformer) exercises."""
+import torch
+
+from ..parallel import Level, encoder_levels, rnn_levels, schedule_time, sequential_steps
+from ..rnn import ElmanRNN
+from ._core import NotYet, compare_arrays, exercise
+
+
+def _elman_step_reference(rnn, x_t, h):
+    return torch.tanh(rnn.ih(x_t) + rnn.hh(h))
+
+
+@exercise("rnn.elman_step",
+          hint="h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh): rnn.ih and rnn.hh are the two nn.Linear layers",
+          wrong_answers=lambda: [lambda rnn, x_t, h: torch.tanh(rnn.ih(x_t)),  # forgets the previous state
+                                 lambda rnn, x_t, h: torch.relu(rnn.ih(x_t) + rnn.hh(h)),  # wrong nonlinearity
+                                 lambda rnn, x_t, h: torch.tanh(x_t @ rnn.ih.weight.T + h @ rnn.hh.weight.T)])
+def _check_step(answer):
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    n = 0
+    for B, I, H in [(1, 3, 3), (4, 5, 7), (2, 8, 4)]:
+        rnn = ElmanRNN(I, H)
+        with torch.no_grad():
+            rnn.hh.bias.normal_(generator=g)  # a non-zero bias on both layers, so forgetting one shows
+            x_t, h = torch.randn(B, I, generator=g), torch.randn(B, H, generator=g)
+            got, expected = answer(rnn, x_t, h), _elman_step_reference(rnn, x_t, h)
+        n += 1
+        compare_arrays(got, expected, what=f"h_t for batch {B}, input {I}, hidden {H}")
+        # chain the steps: running them over a sequence must give ElmanRNN's outputs
+        xs = torch.randn(B, 6, I, generator=g)
+        with torch.no_grad():
+            state = torch.zeros(B, H)
+            outs = []
+            for t in range(xs.shape[1]):
+                state = answer(rnn, xs[:, t], state)
+                outs.append(state)
+            compare_arrays(torch.stack(outs, 1), rnn(xs)[0], what="outputs of your step run over 6 tokens")
+    return f"matches ElmanRNN on all {n} test inputs, step by step and over whole sequences."
+
+
+@exercise("rnn.sequential_steps",
+          hint="one input-projection level, then a wavefront for the RNN (cell (l, t) waits for (l-1, t) and "
+               "(l, t-1)); 6 matrix-product levels per Transformer layer, whatever n is",
+          wrong_answers=lambda: [lambda m, n, L: n * L if m == "rnn" else 6 * L,  # multiplies layers and steps
+                                 lambda m, n, L: n + L if m == "rnn" else 1,  # a Transformer layer has levels too
+                                 lambda m, n, L: n + 1 if m == "rnn" else 6 * L])  # ignores stacked RNN layers
+def _check_steps(answer):
+    cases = [(m, n, L) for m in ("rnn", "transformer") for n in (1, 7, 512) for L in (1, 3)]
+    for m, n, L in cases:
+        got = answer(m, n, L)
+        if not isinstance(got, (int,)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
+            raise NotYet(f"answer a whole number of levels, got {type(got).__name__}")
+        if int(got) != sequential_steps(m, n, L):
+            raise NotYet(f"the count for model={m!r}, n={n}, num_layers={L} is too "
+                         f"{'high' if int(got) > sequential_steps(m, n, L) else 'low'}")
+    return f"right for all {len(cases)} (model, n, layers) combinations."
+
+
+def _floor_schedule(levels, lanes):
+    return sum(lv.macs // lanes for lv in levels)
+
+
+def _pooled_schedule(levels, lanes):
+    import math
+    return math.ceil(sum(lv.macs for lv in levels) / lanes)
+
+
+@exercise("rnn.schedule_time",
+          hint="each level takes ceil(macs / lanes) ticks, and the levels run one after another",
+          wrong_answers=lambda: [_floor_schedule, _pooled_schedule,
+                                 lambda levels, lanes: len(levels)])
+def _check_schedule(answer):
+    cases = [(rnn_levels(5, 3, 2), 1), (rnn_levels(5, 3, 2), 7), (rnn_levels(64, 16), 10 ** 9),
+             (encoder_levels(10, 8), 5), (encoder_levels(100, 32, 4), 1000),
+             ([Level("a", 1), Level("b", 10), Level("c", 0)], 4)]
+    for k, (levels, lanes) in enumerate(cases, 1):
+        got = answer(levels, lanes)
+        expected = schedule_time(levels, lanes)
+        try:
+            ok = int(got) == expected
+        except (TypeError, ValueError):
+            raise NotYet(f"return a number of ticks, got {type(got).__name__}") from None
+        if not ok:
+            raise NotYet(f"test #{k} ({len(levels)} levels, lanes={lanes}): your time is too "
+                         f"{'high' if int(got) > expected else 'low'}")
+    return f"matches the library on all {len(cases)} schedules."
