@@ -295,7 +295,7 @@ def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C compiler")
 
-    monkeypatch.setattr(sp, "_FLEX_STATE", {"compiled": broken, "error": None, "warned": False})
+    monkeypatch.setattr(sp, "_FLEX_STATE", {"compiled": broken, "errors": {}})
     q, k, v = _qkv(1, 2, 100, 8, 8)
     ref = _reference(q, k, v, sliding_window_mask(100, 16, True))
     with pytest.warns(RuntimeWarning, match="falling back"):

@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import attention_fast
-from .masks import dilated_mask, global_tokens_mask, sliding_window_mask
+from .masks import global_tokens_mask, sliding_window_mask
 
 __all__ = [
     "sliding_window_attention", "dilated_attention", "longformer_attention", "block_sparse_attention",
@@ -307,11 +307,20 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             return out
         kernel = "blocked"  # flex unavailable here: _flex_window has warned once
     if kernel == "dense":
-        mask = sliding_window_mask(L, window, causal, device=q.device)  # (L, L): quadratic memory
-        if key_mask is not None:
-            mask = mask & key_mask[:, None, None, :]  # (B, 1, L, L)
-        return attention_fast(q, k, v, mask, scale=scale)
+        mask = _band_mask(L, half, 0 if causal else half, q.device)  # (L, L): quadratic memory
+        if key_mask is None:  # every row sees at least itself: plain SDPA is safe
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        return attention_fast(q, k, v, mask & key_mask[:, None, None, :], scale=scale)  # (B, 1, L, L)
     return _blocked_window(q, k, v, half, causal, key_mask, block_size, scale)
+
+
+def _band_mask(L: int, half: int, right: int, device) -> torch.Tensor:
+    """(L, L) band -right <= i - j <= half, the same as ``sliding_window_mask`` but built from two
+    broadcast comparisons, so no (L, L) integer temporary is formed (3 L^2 bytes at the peak
+    instead of about 16 L^2: it matters at L = 32768)."""
+    i = torch.arange(L, device=device).unsqueeze(1)  # (L, 1)
+    j = torch.arange(L, device=device).unsqueeze(0)  # (1, L)
+    return (j >= i - half) & (j <= i + right)  # (L, L)
 
 
 def _blocked_window(q, k, v, half: int, causal: bool, key_mask, block_size: int, scale) -> torch.Tensor:
@@ -355,7 +364,9 @@ def _blocked_window(q, k, v, half: int, causal: bool, key_mask, block_size: int,
 
 # -- flex_attention ---------------------------------------------------------------------------------
 
-_FLEX_STATE: dict = {"compiled": None, "error": None, "warned": False}
+# the compiled function, and why flex failed per (device type, dtype): a failure is remembered so
+# that the (slow) compile is not retried on every call, and warned about once
+_FLEX_STATE: dict = {"compiled": None, "errors": {}}
 
 
 def _window_block_layout(L: int, half: int, causal: bool, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -451,17 +462,17 @@ def _compiled_flex():
     return _FLEX_STATE["compiled"]
 
 
-def _flex_failed(err: BaseException) -> None:
-    _FLEX_STATE["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    if not _FLEX_STATE["warned"]:
-        _FLEX_STATE["warned"] = True
-        warnings.warn(f"flex_attention is unavailable here ({_FLEX_STATE['error']}); "
-                      "falling back to the blocked SDPA kernel", RuntimeWarning, stacklevel=3)
+def _flex_failed(key: tuple[str, torch.dtype], err: BaseException) -> None:
+    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    _FLEX_STATE["errors"][key] = reason
+    warnings.warn(f"flex_attention is unavailable for {key[0]} {key[1]} ({reason}); "
+                  "falling back to the blocked SDPA kernel", RuntimeWarning, stacklevel=4)
 
 
 def _flex_window(q, k, v, half: int, causal: bool, key_mask, scale) -> torch.Tensor | None:
     """The compiled flex path, or None (after one warning) where it cannot run."""
-    if _FLEX_STATE["error"] is not None:
+    key = (q.device.type, q.dtype)
+    if key in _FLEX_STATE["errors"]:
         return None
     try:
         if q.device.type == "mps":
@@ -471,7 +482,7 @@ def _flex_window(q, k, v, half: int, causal: bool, key_mask, scale) -> torch.Ten
             else window_block_mask(L, 2 * half + 1, causal, key_mask, q.device)
         return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
     except Exception as err:  # torch.compile missing a C compiler, an unsupported device or dtype, ...
-        _flex_failed(err)
+        _flex_failed(key, err)
         return None
 
 
@@ -480,13 +491,15 @@ def _cached_block_mask(L: int, half: int, causal: bool, device: str, batch: int)
     return window_block_mask(L, 2 * half + 1, causal, None, device, batch_size=batch)
 
 
-def flex_available() -> tuple[bool, str]:
-    """Try the compiled flex path once on a tiny input; return (works, reason). Slow the first time."""
-    q = torch.randn(1, 1, 256, 16)
+def flex_available(device="cpu", dtype=torch.float32) -> tuple[bool, str]:
+    """Try the compiled flex path once on a tiny input; return (works, reason). Slow the first time
+    (it compiles); afterwards the answer is remembered."""
+    q = torch.randn(1, 1, 256, 16, dtype=dtype, device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         out = _flex_window(q, q, q, 8, False, None, None)
-    return (out is not None, "ok" if out is not None else str(_FLEX_STATE["error"]))
+    key = (q.device.type, dtype)
+    return (out is not None, "ok" if out is not None else _FLEX_STATE["errors"][key])
 
 
 # -- dilated attention --------------------------------------------------------------------------------
@@ -510,36 +523,47 @@ def dilated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilatio
     _check_kernel(kernel, DILATED_KERNELS)
     key_mask = _check_key_mask(key_mask, B, L, q.device)
     if kernel == "dense":
-        mask = dilated_mask(L, d, causal, device=q.device)  # (L, L)
-        if key_mask is not None:
-            mask = mask & key_mask[:, None, None, :]  # (B, 1, L, L)
-        return attention_fast(q, k, v, mask, scale=scale)
+        mask = _residue_mask(L, d, causal, q.device)  # (L, L): quadratic memory
+        if key_mask is None:  # every row sees at least itself
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        return attention_fast(q, k, v, mask & key_mask[:, None, None, :], scale=scale)  # (B, 1, L, L)
     if d == 1:  # one subsequence: plain full attention
         return _dense_group(q, k, v, causal, None if key_mask is None else key_mask[:, None, :], scale)
     m = -(-L // d)  # positions per subsequence, rounding up: L = (m - 1) d + rem
     rem = L - (m - 1) * d  # how many residues r get the full m positions (1 <= rem <= d)
-    pad = m * d - L
+    pad = m * d - L  # 0 when d divides L: then nothing below copies q, k or v
 
-    def regroup(x):  # (B, H, L, e) -> (B, H, d, m, e): subsequence r is x[:, :, r]
-        x = F.pad(x, (0, 0, 0, pad))  # (B, H, m * d, e): zero rows at the end, never attended
-        return x.reshape(B, H, m, d, x.shape[-1]).transpose(2, 3)  # (B, H, m, d, e) -> (B, H, d, m, e)
+    def regroup(x):  # (B, H, L, e) -> (B*H, d, m, e): "head" r of batch row b*H + h is subsequence r
+        if pad:
+            x = F.pad(x, (0, 0, 0, pad))  # (B, H, m * d, e): zero rows at the end, never attended
+        # a view, not a copy: the layout SDPA gets from the usual (B, L, H, e).transpose(1, 2)
+        return x.reshape(B * H, m, d, x.shape[-1]).transpose(1, 2)  # (B*H, m, d, e) -> (B*H, d, m, e)
 
     qg, kg, vg = regroup(q), regroup(k), regroup(v)
     kmg = None
     if key_mask is not None:
-        kmg = F.pad(key_mask, (0, pad)).reshape(B, m, d).transpose(1, 2)  # (B, d, m)
-    out = q.new_empty(B, H, d, m, v.shape[-1])  # (B, H, d, m, d_v)
+        kmg = F.pad(key_mask, (0, pad)).reshape(B, 1, m, d).transpose(2, 3)  # (B, 1, d, m)
+        kmg = kmg.expand(B, H, d, m).reshape(B * H, d, m)  # (B*H, d, m): one row per subsequence
+    out = q.new_empty(B, H, m * d, v.shape[-1])  # (B, H, m*d, d_v)
+    out_g = out.view(B * H, m, d, v.shape[-1]).transpose(1, 2)  # (B*H, d, m, d_v), a view of out
     # residues 0..rem-1 hold m positions, residues rem..d-1 hold m - 1 (their last row is padding)
     for lo, hi, length in ((0, rem, m), (rem, d, m - 1)):
         if hi <= lo or length == 0:
             continue
-        def group(x):  # (B, H, hi - lo, length, e) -> (B, H * (hi - lo), length, e)
-            return x[:, :, lo:hi, :length].reshape(B, H * (hi - lo), length, x.shape[-1])
-        km = None if kmg is None else kmg[:, lo:hi, :length].repeat(1, H, 1)  # (B, H * (hi - lo), length)
-        o = _dense_group(group(qg), group(kg), group(vg), causal, km, scale)  # (B, H*(hi-lo), length, d_v)
-        out[:, :, lo:hi, :length] = o.view(B, H, hi - lo, length, -1)
-    out = out.transpose(2, 3).reshape(B, H, m * d, -1)  # (B, H, m, d, d_v) -> (B, H, m * d, d_v)
-    return out[:, :, :L]
+        km = None if kmg is None else kmg[:, lo:hi, :length]  # (B*H, hi - lo, length)
+        sub = (slice(None), slice(lo, hi), slice(0, length))  # residues lo..hi-1, first `length` rows
+        out_g[sub] = _dense_group(qg[sub], kg[sub], vg[sub], causal, km, scale)  # (B*H, hi-lo, length, d_v)
+    return out[:, :, :L] if pad else out
+
+
+def _residue_mask(L: int, d: int, causal: bool, device) -> torch.Tensor:
+    """(L, L) ``(j - i) % d == 0`` as ``i % d == j % d``: equal to ``dilated_mask``, built with no
+    (L, L) integer temporary."""
+    r = torch.arange(L, device=device) % d  # (L,) residue of each position
+    mask = r.unsqueeze(1) == r.unsqueeze(0)  # (L, L)
+    if causal:
+        mask &= torch.ones(L, L, dtype=torch.bool, device=device).tril()
+    return mask
 
 
 def _dense_group(q, k, v, causal: bool, key_mask, scale) -> torch.Tensor:
@@ -666,26 +690,27 @@ def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> f
     return statistics.median(times)
 
 
-_MALLOC_FIXED = False
+_LIBC: list = []
 
 
-def _fix_malloc_threshold() -> None:
-    """Make glibc hand every large block straight back to the OS when it is freed.
+def _release_free_memory() -> None:
+    """Make glibc give free memory back to the OS, so that reusing it shows up in the RSS.
 
-    By default glibc raises its mmap threshold after large frees, so later tensors up to 32 MB
-    come from a heap that never shrinks and a peak would hide inside memory already resident.
-    A fixed threshold (128 KiB) keeps resident memory equal to what is live.
+    A freed tensor's pages often stay resident inside malloc's heap; a later allocation reuses
+    them without the resident size growing, and its peak would be invisible. The first call
+    fixes the mmap threshold at 128 KiB (by default glibc raises it after large frees, up to
+    32 MB); every call runs ``malloc_trim(0)``, which returns free heap pages to the OS.
     """
-    global _MALLOC_FIXED
-    if _MALLOC_FIXED or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
-    except OSError:
-        pass
-    _MALLOC_FIXED = True
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+            _LIBC.append(libc)
+        except (OSError, AttributeError):  # not glibc: nothing to do
+            _LIBC.append(None)
+    if _LIBC[0] is not None:
+        _LIBC[0].malloc_trim(0)
 
 
 def _rss_kib() -> tuple[int, int]:
@@ -699,8 +724,9 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
 
     On CUDA: ``torch.cuda`` peak-allocation statistics. On Linux CPUs: the process's peak
     resident set size (``VmHWM``), reset just before the call through ``/proc/self/clear_refs``,
-    minus the resident size before it. (Python's ``tracemalloc`` does not see torch's buffers.)
-    Returns None where neither is available.
+    minus the resident size before it, after glibc has returned its free pages to the OS (see
+    :func:`_release_free_memory`). Python's ``tracemalloc`` would not see torch's buffers at all.
+    Returns None where neither is available. Resolution: a few hundred KiB.
     """
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
@@ -712,7 +738,7 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
         return float(torch.cuda.max_memory_allocated(device) - before)
     if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/clear_refs"):
         return None
-    _fix_malloc_threshold()
+    _release_free_memory()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current resident size
