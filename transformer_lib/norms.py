@@ -80,7 +80,7 @@ class TokenBatchNorm(nn.Module):
     """BatchNorm applied to token vectors: statistics per *feature* over all tokens in the batch.
 
     Input (B, L, D). In training mode each feature is normalized with the mean/variance of the
-    B * L tokens present (padding included unless ``mask`` is given), and running averages are
+    B * L tokens present (padding tokens included: that is the point of the comparison), and running averages are
     updated; in eval mode the running averages are used. This is the comparison point for
     LayerNorm in the layer-norm chapter: here a token's output depends on its neighbours.
     """
