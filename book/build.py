@@ -10,12 +10,13 @@
 2. The executed chapters, chapters/NN-slug.ipynb, copied to book/chapters/ (gitignored), with
    book-only edits: widget state dropped (the book shows each widget's static HTML control, no
    widget manager), solution cells collapsed behind "Show solution", links to sibling chapters'
-   .md sources pointed at the notebooks, progress bars' carriage returns collapsed. Only the .ipynb is copied, so no chapter is built twice,
-   and nothing is executed: the outputs are the committed, nbval-tested ones.
+   .md sources pointed at the notebooks, progress bars' carriage returns collapsed. Only the
+   .ipynb is copied, so no chapter is built twice, and nothing is executed: the outputs are the
+   committed, nbval-tested ones. A cell with an unexpected error output fails the build.
 3. book/_toc.yml from book/parts.yml: every listed chapter whose .md and .ipynb exist, every
    listed page.
-4. jupyter-book build book -W -n --keep-going: a warning (a broken reference, a missing figure,
-   an error output in a cell) fails the build.
+4. jupyter-book build book -W -n --keep-going: a warning (a broken reference or citation, a
+   missing figure, a malformed directive) fails the build.
 
 ``ensure_built()`` (used by the tests) rebuilds only when an input changed since the last
 successful build.
