@@ -1,0 +1,23 @@
+"""The course guide names real exercises (all of them) and real make targets."""
+import re
+from pathlib import Path
+
+from transformer_lib.exercises import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = (ROOT / "book" / "course-guide.md").read_text()
+
+
+def test_every_exercise_named_in_the_guide_exists_and_all_are_assigned():
+    named = set(re.findall(r"`([a-z_0-9]+\.[a-z_0-9]+)`", GUIDE))
+    prefixes = {n.split(".")[0] for n in REGISTRY}
+    mentioned = {n for n in named if n.split(".")[0] in prefixes}
+    assert not mentioned - set(REGISTRY), f"the guide names unknown exercises: {mentioned - set(REGISTRY)}"
+    assert not set(REGISTRY) - mentioned, f"exercises the guide never assigns: {set(REGISTRY) - mentioned}"
+
+
+def test_make_targets_in_the_guide_exist():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in set(re.findall(r"`make (\w+)`", GUIDE)):
+        assert re.search(rf"^{target}:", makefile, re.M), f"make {target} is not a Makefile target"
+    assert "python -m transformer_lib.progress" in GUIDE
