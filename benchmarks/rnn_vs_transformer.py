@@ -6,7 +6,8 @@
 
 The chapter "RNN vs Transformer" runs the same sweep at a smaller size (width 256, n <= 1024) to
 stay within its time budget; this script is the larger table. Each entry is the fastest of
-``--repeats`` runs after one warm-up (on a shared machine the minimum is the least disturbed).
+``--repeats`` runs after one warm-up, the layers taking turns (on a shared machine the minimum
+is the least disturbed run, and taking turns spreads bursts of load over all layers).
 Alongside the times it prints each layer's critical path (``trace_ops``), which is a count and
 does not vary between runs.
 """
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024, 4096])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backward", action="store_true", help="time forward + backward instead of forward only")
     args = parser.parse_args(argv)
 
@@ -64,8 +65,12 @@ def main(argv=None) -> int:
     print("-" * len(header))
     for n in args.lengths:
         x = torch.randn(args.batch, n, args.width, device=device, requires_grad=args.backward)
-        times = {k: time_call(run, layer, x, args.backward, repeats=args.repeats, device=device)
-                 for k, layer in layers.items()}
+        for layer in layers.values():  # warm-up
+            run(layer, x, args.backward)
+        times = {k: float("inf") for k in layers}
+        for _ in range(args.repeats):  # round-robin, so a burst of load elsewhere hits every layer alike
+            for k, layer in layers.items():
+                times[k] = min(times[k], time_call(run, layer, x, args.backward, repeats=1, warmup=0, device=device))
         ratio = times["EncoderLayer"] / times["nn.RNN"]
         verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster"
         print(f"{n:>6} | " + " | ".join(f"{t * 1e3:>19.2f} ms" for t in times.values()) + f" | {verdict:>22}", flush=True)
