@@ -11,7 +11,14 @@ Modules, one concept each:
 * :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN
 * :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM
 * :mod:`.rnn` the recurrent baseline; :mod:`.cost` FLOP and parameter counts
+* :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels
+* :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
+* :mod:`.families` encoder-only / decoder-only / encoder-decoder helpers; :mod:`.specialization`
+  heads that specialize; :mod:`.parallel` and :mod:`.profiling` work, depth and cost measurements;
+  :mod:`.forests` the random-forest appendix
 * :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`, :mod:`.tasks`, :mod:`.training`
+* tooling: :mod:`.notebooks` (chapter pipeline), :mod:`.teaching` (student copies),
+  :mod:`.slides`, :mod:`.progress`
 """
 __version__ = "0.1.0"
 
