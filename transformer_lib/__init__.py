@@ -35,8 +35,4 @@ from .norms import LayerNorm, RMSNorm, TokenBatchNorm
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding)
 from .rnn import ElmanRNN, torch_rnn
-
-try:  # the sparse kernels live in their own module (chapter "Sparse attention")
-    from .sparse import dilated_attention, sliding_window_attention
-except ImportError:  # pragma: no cover - until that module lands
-    pass
+from .sparse import dilated_attention, sliding_window_attention
