@@ -10,9 +10,12 @@ n = 8192 (DL0029). Kernels (transformer_lib.sparse):
 * dense   - F.scaled_dot_product_attention with the (n, n) boolean band mask: the baseline. The
             mask is built before timing (a model builds it once for all layers); it holds n^2
             bytes more (1 GiB at n = 32768) that the peak-memory column leaves out;
-* blocked - one SDPA call per block of 64 queries on its (64 x 576) key tile;
-* flex    - torch.compile(flex_attention) with the cached window BlockMask (compiled once per
-            process before timing; the compile time is not in the table);
+* full    - SDPA with no mask at all (full attention, a different result): shows what the mask
+            itself costs the dense baseline;
+* blocked - blocks of 32 queries, each on its own (32 x 544) key tile; the tiles are
+            overlapping views of k and v, batched 128 blocks per SDPA call;
+* flex    - torch.compile(flex_attention) with the cached window BlockMask of 64 x 64 tiles
+            (compiled once per process before timing; the compile time is not in the table);
 * strided - dilated attention as d dense SDPA calls on the interleaved subsequences.
 
 Method. Every (kernel, n) case runs in a fresh Python subprocess, so that no allocator cache or
@@ -27,7 +30,9 @@ compiled kernel of one case leaks into another. In the subprocess:
   buffers. tracemalloc would see none of them: torch allocates outside Python's allocator. On a
   GPU the same column comes from torch.cuda.max_memory_allocated;
 * scores: the exact number of band pairs per head (``band_score_count``) next to n^2, and what
-  each kernel really computes (whole tiles: ``blocked_score_count`` / ``flex_score_count``).
+  each kernel really computes (whole tiles: ``blocked_score_count`` / ``flex_score_count``);
+  ns/score is the time per computed score and head. A speedup over dense is the product of
+  (n^2 / computed scores) and (dense ns/score / kernel ns/score).
 
 It is a benchmark, not a test: it prints, it asserts nothing. Run it on a quiet machine (the
 load average is printed) and with ``nice`` on a shared one.
@@ -61,7 +66,9 @@ def run_case(kernel: str, n: int, repeat: int, seed: int = 0) -> dict:
     device = torch.device(os.environ.get("TLIB_DEVICE", "cpu"))
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, n, D, generator=g).to(device) for _ in range(3))
-    if kernel == "dense":  # the baseline: SDPA given a boolean band mask built beforehand
+    if kernel == "full":  # no mask at all: every score computed, none masked (not a window!)
+        fn = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+    elif kernel == "dense":  # the baseline: SDPA given a boolean band mask built beforehand
         mask = sp._band_mask(n, WINDOW // 2, WINDOW // 2, device)  # (n, n) bool
         fn = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
     elif kernel == "dense-dilated":
@@ -71,12 +78,12 @@ def run_case(kernel: str, n: int, repeat: int, seed: int = 0) -> dict:
         fn = lambda: sp.dilated_attention(q, k, v, DILATION, kernel="strided")  # noqa: E731
     else:
         fn = lambda: sp.sliding_window_attention(q, k, v, WINDOW, kernel=kernel)  # noqa: E731
-    slow = kernel.startswith("dense") and n >= 16384
+    slow = kernel in ("dense", "full") and n >= 16384
     out = fn()  # warm-up (compiles flex)
     if kernel == "flex" and (device.type, torch.float32) in sp._FLEX_STATE["errors"]:
         return {"kernel": kernel, "n": n, "error": sp._FLEX_STATE["errors"][device.type, torch.float32]}
     error = None
-    if n <= 8192 and not kernel.startswith("dense"):
+    if n <= 8192 and kernel not in ("dense", "dense-dilated", "full"):
         ref = (sp.dilated_attention(q, k, v, DILATION, kernel="dense") if kernel == "strided"
                else sp.sliding_window_attention(q, k, v, WINDOW, kernel="dense"))
         error = (out - ref).abs().max().item()
@@ -120,7 +127,7 @@ def main() -> int:
     parser.add_argument("--case", nargs=2, metavar=("KERNEL", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5, help="timed calls per case (median)")
     parser.add_argument("--quick", action="store_true", help="n = 2048 and 8192 only")
-    parser.add_argument("--kernels", nargs="+", default=["dense", "blocked", "flex"])
+    parser.add_argument("--kernels", nargs="+", default=["full", "dense", "blocked", "flex"])
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case[0], int(args.case[1]), args.repeat)))
@@ -136,13 +143,13 @@ def main() -> int:
     print(f"sliding window: B={B}, H={H}, d_k={D}, float32, w={WINDOW} (|i - j| <= {WINDOW // 2}); "
           "dense = SDPA with a prebuilt (n, n) bool mask (n^2 bytes, not in its peak)\n")
     header = (f"{'n':>6} {'kernel':>8} {'median':>9} {'peak mem':>9} {'output':>7} {'speedup':>9} "
-              f"{'band scores':>12} {'n^2':>14} {'n^2/band':>9} {'computed':>12} {'max err':>8}")
+              f"{'band scores':>12} {'n^2/band':>9} {'computed':>14} {'ns/score':>9} {'max err':>8}")
     print(header)
     print("-" * len(header))
     results: dict[tuple[str, int], dict] = {}
     for n in ns:
         band = sp.band_score_count(n, WINDOW)
-        computed = {"dense": n * n, "blocked": sp.blocked_score_count(n, WINDOW),
+        computed = {"full": n * n, "dense": n * n, "blocked": sp.blocked_score_count(n, WINDOW),
                     "flex": sp.flex_score_count(n, WINDOW)}
         for kernel in args.kernels:
             r = results[kernel, n] = measure(kernel, n, args.repeat)
@@ -150,11 +157,12 @@ def main() -> int:
                 print(f"{n:>6} {kernel:>8}  unavailable: {r['error']}")
                 continue
             dense = results.get(("dense", n), {}).get("seconds")
-            speed = f"{dense / r['seconds']:.1f}x" if dense and kernel != "dense" else "1.0x" if kernel == "dense" else "-"
+            speed = "-" if kernel == "full" or not dense else f"{dense / r['seconds']:.1f}x"
             err = "-" if r["max_error"] is None else f"{r['max_error']:.0e}"
+            ns_per_score = r["seconds"] * 1e9 / (computed[kernel] * H)
             print(f"{n:>6} {kernel:>8} {fmt_time(r['seconds']):>9} {fmt_mb(r['peak_bytes']):>9} "
-                  f"{fmt_mb(B * H * n * D * 4):>7} {speed:>9} {band:>12,} {n * n:>14,} {n * n / band:>9.1f} "
-                  f"{computed[kernel]:>12,} {err:>8}", flush=True)
+                  f"{fmt_mb(B * H * n * D * 4):>7} {speed:>9} {band:>12,} {n * n / band:>9.1f} "
+                  f"{computed[kernel]:>14,} {ns_per_score:>9.2f} {err:>8}", flush=True)
 
     print(f"\ndilated: d={DILATION}, n={DILATED_N} (scores per head: {sp.dilated_score_count(DILATED_N, DILATION):,} "
           f"= n^2/{DILATION})")
@@ -169,7 +177,7 @@ def main() -> int:
         print(f"{'speedup':>14} {dil['dense-dilated']['seconds'] / dil['strided']['seconds']:.1f}x (target >= 4x)")
 
     print("\ntargets (issue 5, 2 CPU cores):")
-    for kernel in args.kernels:
+    for kernel in [k for k in args.kernels if k != "full"]:
         pts = [(n, results[kernel, n]["seconds"]) for n in ns if "seconds" in results.get((kernel, n), {})]
         if len(pts) >= 2:
             tail = [p for p in pts if p[0] >= 8192]
@@ -177,14 +185,16 @@ def main() -> int:
             print(f"  {kernel:>8}: time grows like n^{growth_exponent(pts):.2f} over all n{tail_text} "
                   "(target <= 1.1 for the sparse kernels)")
     if 16384 in ns:
-        best = min((results[k, 16384] for k in args.kernels if k != "dense" and "seconds" in results.get((k, 16384), {})),
+        best = min((results[k, 16384] for k in args.kernels
+                    if k not in ("dense", "full") and "seconds" in results.get((k, 16384), {})),
                    key=lambda r: r["seconds"], default=None)
         dense = results.get(("dense", 16384), {}).get("seconds")
         if best and dense:
             print(f"  best kernel at n=16384: {best['kernel']}, {dense / best['seconds']:.1f}x faster than dense "
                   f"(target >= 25x; exact score ratio {16384 ** 2 / sp.band_score_count(16384, WINDOW):.1f}x)")
     if 32768 in ns:
-        fastest = min((results[k, 32768] for k in args.kernels if "seconds" in results.get((k, 32768), {})),
+        fastest = min((results[k, 32768] for k in args.kernels
+                       if k not in ("dense", "full") and "seconds" in results.get((k, 32768), {})),
                       key=lambda r: r["seconds"], default=None)
         if fastest:
             print(f"  fastest at n=32768: {fastest['kernel']} in {fmt_time(fastest['seconds'])} (target <= 0.3 s)")

@@ -200,7 +200,7 @@ def test_score_counts_match_the_masks(n, w, causal):
     # the blocked kernel scores every key of each block's tile: with 1-row blocks that is the band
     assert sp.blocked_score_count(n, w, causal, block_size=1) == int(mask.sum())
     assert sp.blocked_score_count(n, w, causal, block_size=16) >= int(mask.sum())
-    # flex scores whole 128 x 128 tiles: count the tiles the band touches, by brute force
+    # flex scores whole b x b tiles: count the tiles the band touches, by brute force
     nb = -(-n // 32)
     padded = torch.zeros(nb * 32, nb * 32, dtype=torch.bool)
     padded[:n, :n] = mask
@@ -219,8 +219,8 @@ def test_seed_numbers():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("L", [600, 640])
-def test_window_block_mask_matches_create_block_mask(L, causal):
+@pytest.mark.parametrize("L, block, padded", [(600, 128, True), (640, 64, True), (600, 64, False)])
+def test_window_block_mask_matches_create_block_mask(L, block, padded, causal):
     """Our analytic block mask equals the one create_block_mask finds by evaluating all L^2 pairs."""
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     half = 100
@@ -229,22 +229,22 @@ def test_window_block_mask_matches_create_block_mask(L, causal):
 
     def mod(b, h, q_idx, kv_idx):
         diff = q_idx - kv_idx
-        return (diff <= half) & (diff >= (0 if causal else -half)) & km[b, kv_idx]
+        band = (diff <= half) & (diff >= (0 if causal else -half))
+        return band & km[b, kv_idx] if padded else band
 
-    ours = sp.window_block_mask(L, 2 * half, causal, km)
-    theirs = flex.create_block_mask(mod, 2, None, L, L, device="cpu")
+    ours = sp.window_block_mask(L, 2 * half, causal, km if padded else None, block_size=block)
+    theirs = flex.create_block_mask(mod, 2, None, L, L, device="cpu", BLOCK_SIZE=block)
     # to_dense: 1 where a tile is computed (partial or full); compare full tiles separately
     assert torch.equal(ours.to_dense()[0, 0], theirs.to_dense().any(dim=0)[0])
-    full_ours = torch.zeros(ours.full_kv_num_blocks.shape[-1], theirs.kv_indices.shape[-1], dtype=torch.bool)
-    for r, (num, idx) in enumerate(zip(ours.full_kv_num_blocks[0, 0], ours.full_kv_indices[0, 0])):
-        full_ours[r, idx[:num].long()] = True
-    full_theirs = torch.ones_like(full_ours)
-    for b in range(2):  # a tile is full for the shared mask only if it is full in every sequence
-        fb = torch.zeros_like(full_ours)
-        for r, (num, idx) in enumerate(zip(theirs.full_kv_num_blocks[b, 0], theirs.full_kv_indices[b, 0])):
-            fb[r, idx[:num].long()] = True
-        full_theirs &= fb
-    assert torch.equal(full_ours, full_theirs)
+
+    def full_tiles(mask, b):
+        tiles = torch.zeros(mask.full_kv_num_blocks.shape[-1], mask.full_kv_indices.shape[-1], dtype=torch.bool)
+        for r, (num, idx) in enumerate(zip(mask.full_kv_num_blocks[b, 0], mask.full_kv_indices[b, 0])):
+            tiles[r, idx[:num].long()] = True
+        return tiles
+
+    # a tile is full for our shared mask only if it is full in every sequence of the batch
+    assert torch.equal(full_tiles(ours, 0), full_tiles(theirs, 0) & full_tiles(theirs, 1))
 
 
 def test_receptive_field_composes_masks():
