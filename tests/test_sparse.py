@@ -258,6 +258,10 @@ def test_receptive_field_composes_masks():
     fixed = sp.receptive_field([sp.dilated_window_mask(L, 2, 2)] * 4)
     row = fixed[32]
     assert row[24:41:2].all() and not row[25:40:2].any()
+    assert sp.gridding_holes(L, (1, 2, 4, 8), 2) == 0
+    assert sp.gridding_holes(L, (2, 2, 2, 2), 2) == 8  # the odd offsets in [-8, 8]
+    assert sp.gridding_holes(L, (4, 4, 4, 4), 2) == 24
+    assert sp.gridding_holes(L, (2, 3), 2) == 2  # offsets +-4 are missing: 2a + 3b with |a|, |b| <= 1
     # a global token connects any two positions within two layers
     lf = sp.longformer_mask(L, 2, [0])
     assert sp.receptive_field([lf, lf]).all() and not lf.all()
@@ -343,6 +347,7 @@ def test_bad_parameters_raise_value_errors():
         (lambda: sp.bigbird_block_layout(4, random_blocks=-1), "random_blocks must be an integer >= 0"),
         (lambda: sp.bigbird_block_layout(4, global_blocks=5), "exceeds num_blocks"),
         (lambda: sp.receptive_field([]), "at least one mask"),
+        (lambda: sp.gridding_holes(10, [], 2), "at least one dilation"),
         (lambda: sp.receptive_field([torch.ones(3, 3)]), "square boolean"),
         (lambda: sp.dilated_window_mask(10, 3, 0), "dilation must be an integer >= 1"),
         (lambda: sp.band_score_count(0, 4), "n must be an integer >= 1"),

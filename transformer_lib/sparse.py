@@ -57,7 +57,7 @@ __all__ = [
     "sliding_window_attention", "dilated_attention", "longformer_attention", "block_sparse_attention",
     "longformer_mask", "dilated_window_mask", "bigbird_block_layout", "bigbird_mask", "layout_to_mask",
     "band_score_count", "dilated_score_count", "blocked_score_count", "flex_score_count",
-    "receptive_field", "window_block_mask", "flex_available", "median_time", "peak_memory",
+    "receptive_field", "gridding_holes", "window_block_mask", "flex_available", "median_time", "peak_memory",
     "WINDOW_KERNELS", "DILATED_KERNELS",
 ]
 
@@ -227,6 +227,21 @@ def receptive_field(masks: Sequence[torch.Tensor]) -> torch.Tensor:
         # float matmul counts paths; > 0 turns the count back into "reachable"
         reach = m if reach is None else (m.float() @ reach.float()) > 0  # (L, L) @ (L, L) -> (L, L)
     return reach
+
+
+def gridding_holes(L: int, dilations: Sequence[int], window: int) -> int:
+    """Holes in the receptive field of a stack of dilated windows (the gridding artifact).
+
+    Stack ``dilated_window_mask(L, window, d)`` for ``d`` in ``dilations`` (first layer first)
+    and look at the middle output, position ``L // 2``: the number of inputs between the leftmost
+    and the rightmost one it reaches that it does *not* reach. 0 for rates 1, 2, 4, 8; 8 for a
+    rate 2 repeated four times (every odd offset is missing).
+    """
+    if not dilations:
+        raise ValueError("gridding_holes needs at least one dilation")
+    reach = receptive_field([dilated_window_mask(L, window, d) for d in dilations])[L // 2]  # (L,)
+    hit = reach.nonzero().flatten()
+    return int(hit.max() - hit.min()) + 1 - int(reach.sum())
 
 
 # -- counting scores ---------------------------------------------------------------------------------

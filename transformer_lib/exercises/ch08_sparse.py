@@ -3,7 +3,7 @@ dilated attention through interleaved subsequences."""
 import torch
 
 from ..masks import sliding_window_mask
-from ..sparse import band_score_count, dilated_attention, dilated_window_mask, receptive_field
+from ..sparse import band_score_count, dilated_attention, dilated_window_mask, gridding_holes, receptive_field
 from ._core import NotYet, compare_arrays, compare_function, exercise
 
 
@@ -66,15 +66,6 @@ def _check_band_count(answer):
 
 
 # -- 3. gridding holes ---------------------------------------------------------------------------
-
-def gridding_holes(L: int, dilations, window: int) -> int:
-    """Reference: positions between the leftmost and rightmost input that the middle output
-    (position L // 2) reaches after stacking dilated windows, which it does not reach."""
-    reach = receptive_field([dilated_window_mask(L, window, d) for d in dilations])[L // 2]  # (L,)
-    hit = reach.nonzero().flatten()
-    span = int(hit.max() - hit.min()) + 1
-    return span - int(reach.sum())
-
 
 def _wrong_holes_all_unreached(L, dilations, window):
     reach = receptive_field([dilated_window_mask(L, window, d) for d in dilations])[L // 2]
