@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 
 from .attention import attention_fast, scaled_dot_product_attention
 from .cost import block_flops, cost_table, count_parameters, transformer_parameters
-from .device import get_device, seed_everything
+from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,

@@ -6,13 +6,14 @@ at the top; nothing else in the library guesses the device.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 
 import numpy as np
 import torch
 
-__all__ = ["get_device", "seed_everything"]
+__all__ = ["get_device", "seed_everything", "cpu_threads"]
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -42,3 +43,21 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds CUDA and MPS
     return torch.Generator().manual_seed(seed)
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int):
+    """Run the block with ``count`` CPU threads for torch, then restore the previous setting.
+
+    Training a tiny model on one thread is a deliberate choice: its matrix products are
+    below the size at which a second thread pays for its
+    synchronisation, and on a busy machine the threads' waits on each other make a step many
+    times slower. One thread also makes the printed losses identical on machines with different
+    core counts.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

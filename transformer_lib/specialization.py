@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import seed_everything
+from .device import cpu_threads, seed_everything  # cpu_threads is re-exported for the chapters
 from .layers import EncoderLayer
 from .masks import causal_mask
 from .norms import LayerNorm
@@ -166,24 +166,6 @@ def head_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.
     keys = answer_keys(tokens)
     return {task: (weights * keys[task][:, None].to(weights.dtype)).sum(-1)[:, :, 1:].mean(dim=(0, 2))
             for task in TASKS}  # (B, H, L_q) -> (H,)
-
-
-@contextlib.contextmanager
-def cpu_threads(count: int):
-    """Run the block with ``count`` CPU threads for torch, then restore the previous setting.
-
-    Training this model on one thread is a deliberate choice: its matrix products are tiny
-    (64 x 12 tokens of width 32), below the size at which a second thread pays for its
-    synchronisation, and on a busy machine the threads' waits on each other make a step many
-    times slower. One thread also makes the printed losses identical on machines with different
-    core counts.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def train_lookup_model(num_heads: int = 4, num_layers: int = 2, d_model: int = 32, steps: int = 300,
