@@ -1,6 +1,21 @@
-"""Shared fixtures: devices (CUDA parametrizations skip cleanly without a GPU), seeding."""
+"""Shared fixtures: devices (CUDA parametrizations skip cleanly without a GPU), seeding, and the
+hypothesis profiles.
+
+Hypothesis profiles: with ``CI`` set (CI runs ``.ci/run`` with CI=true) the "ci" profile is loaded:
+``derandomize=True`` draws the same examples on every run, so a submission can never pass or fail
+by chance. Local runs keep the "dev" profile, which explores new examples each run. Both print the
+``@reproduce_failure`` blob of a failing example, and the plugin prints the seed to rerun it with
+``--hypothesis-seed``. Pick one by hand with ``HYPOTHESIS_PROFILE=ci|dev``.
+"""
+import os
+
 import pytest
 import torch
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device"))]
