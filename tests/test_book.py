@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book"))
 import build as book  # noqa: E402  (book/build.py)
 
-PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Appendix"]
+PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
+         "Appendix"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -74,11 +75,11 @@ def _nb(cells, widgets=True):
 def test_book_copy_hides_solutions_drops_widget_state_and_relinks():
     md = {"cell_type": "markdown", "metadata": {},
           "source": "See [masks](04-masking.md#causal), [heads](03-multi-head-attention.md), "
-                    "[a later one](12-encoder-vs-decoder.md) and [a typo](44-nothing.md)."}
+                    "[a later one](13-encoder-vs-decoder.md) and [a typo](44-nothing.md)."}
     sol = {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": "x = 1", "outputs": []}
     nb = _nb([md, sol])
     out = book.book_notebook(nb, existing={"04-masking", "03-multi-head-attention"},
-                             planned={"04-masking", "03-multi-head-attention", "12-encoder-vs-decoder"})
+                             planned={"04-masking", "03-multi-head-attention", "13-encoder-vs-decoder"})
     assert "widgets" not in out["metadata"]
     assert out["cells"][0]["source"] == ("See [masks](04-masking.ipynb#causal), [heads](03-multi-head-attention.ipynb), "
                                          "a later one and [a typo](44-nothing.md).")

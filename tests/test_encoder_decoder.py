@@ -1,4 +1,4 @@
-"""Tests for transformer_lib.families (chapter 12) and the chapter's exercise checkers."""
+"""Tests for transformer_lib.families (chapter 13) and the chapter's exercise checkers."""
 import functools
 
 import pytest

@@ -58,7 +58,7 @@ COS = [[1.0, -0.082683, -0.02708, 0.141706, -0.024466],
        [-0.024466, -0.087868, -0.064254, 0.037728, 1.0]]
 
 # BertModel's attentions for SENTENCES[0]: (layer, head, query, key, weight). The last five are the
-# heads chapter 13 finds: L3H1 / L5H11 ("it" -> "animal"), L0H2 (previous token), L1H8 (next), L4H5 ([CLS]).
+# heads chapter 14 finds: L3H1 / L5H11 ("it" -> "animal"), L0H2 (previous token), L1H8 (next), L4H5 ([CLS]).
 ATTN = [(0, 0, 0, 0, 0.246917), (0, 3, 5, 4, 0.037293), (1, 7, 10, 2, 0.003473), (2, 11, 14, 14, 0.043209),
         (3, 5, 10, 2, 0.006882), (4, 0, 3, 2, 0.044477), (5, 9, 0, 15, 0.010782), (5, 11, 7, 8, 0.032343),
         (3, 1, 10, 2, 0.676848), (5, 11, 10, 2, 0.673329), (0, 2, 5, 4, 0.999998), (1, 8, 5, 6, 0.93351),

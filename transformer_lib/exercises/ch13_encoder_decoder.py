@@ -1,4 +1,4 @@
-"""Chapter 12 exercises: encoder vs decoder.
+"""Chapter 13 exercises: encoder vs decoder.
 
 The references are the library's own: :class:`~transformer_lib.model.Seq2SeqTransformer`'s
 forward pass and ``greedy_decode``, :func:`~transformer_lib.tasks.shift_right`,

@@ -1,4 +1,4 @@
-"""Checkers for chapter 11, the Transformer architecture."""
+"""Checkers for chapter 12, the Transformer architecture."""
 import torch
 
 from ..cost import count_parameters

@@ -21,7 +21,7 @@ Usage::
     lm.attentions("The cat sat.")          # (6, 12, L, L), each row sums to 1
     lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
 
-Also here, for reading the heads (chapter 13): :func:`mean_pool`, :func:`cosine_matrix`, and the
+Also here, for reading the heads (chapter 14): :func:`mean_pool`, :func:`cosine_matrix`, and the
 pattern scores :func:`diagonal_score` (previous / next / same token), :func:`column_score`
 ([CLS], [SEP]) and :func:`head_pattern_scores`, which rank all heads instead of picking by eye.
 
@@ -41,9 +41,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .device import get_device
-from .layers import EncoderLayer
-from .norms import LayerNorm
+from ..device import get_device
+from ..layers import EncoderLayer
+from ..norms import LayerNorm
 
 __all__ = ["MiniLMConfig", "BertEmbeddings", "BertEncoder", "PretrainedEncoder", "load_minilm",
            "minilm_dir", "mean_pool", "bert_name_map", "cosine_matrix",

