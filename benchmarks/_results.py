@@ -1,0 +1,55 @@
+"""One place for what every benchmark writes: ``benchmarks/results/<name>.json`` with the
+machine it ran on, so a chapter can print measured numbers (never numbers from memory).
+
+    from _results import write_results          # inside a script in benchmarks/
+    write_results("sparse", {"rows": [...]})
+
+A chapter reads the file with ``json.loads(Path("../benchmarks/results/sparse.json").read_text())``
+and prints ``result["machine"]`` next to the numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    """The facts a reader needs to compare a number with their own: CPU, cores, threads, torch, load."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    if hasattr(os, "getloadavg"):
+        info["load_1min"] = round(os.getloadavg()[0], 2)
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def describe(info: dict) -> str:
+    """One line for a table's caption: 'Intel Xeon ..., 2 cores, torch 2.13.0, load 0.4, 2026-11-30'."""
+    gpu = f", {info['gpu']}" if info.get("gpu") else ""
+    load = f", load {info['load_1min']}" if "load_1min" in info else ""
+    return f"{info['cpu']}, {info['cores']} cores{gpu}, torch {info['torch']}{load}, {info['date']}"
+
+
+def write_results(name: str, payload: dict) -> Path:
+    """Write ``payload`` plus the machine description to ``benchmarks/results/<name>.json``."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=1) + "\n")
+    print(f"# wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
