@@ -12,6 +12,11 @@ become ``-inf`` rather than a large finite negative number, so a blocked key get
 weight. A query row with no visible key at all would be ``softmax([-inf, ..., -inf]) = NaN``; we
 define its weights and output as zero instead, and we do it without ever computing the NaN, so
 gradients stay finite too.
+
+Each public function checks its input once (:mod:`transformer_lib._checks`) and hands it to a
+private core (``_attention``, ``_attention_fast``) that does not check again; modules that have
+already checked their input, like :class:`~transformer_lib.multihead.MultiHeadAttention`, call
+the cores directly.
 """
 from __future__ import annotations
 
@@ -20,41 +25,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ._checks import check_mask, check_qkv
+
 __all__ = ["scaled_dot_product_attention", "attention_fast", "check_mask_for_scores"]
 
-
-def check_mask_for_scores(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
-    """Raise a ValueError unless ``mask`` is boolean and broadcastable to ``scores_shape``."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor):
-        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(
-            f"mask must be boolean with True = may attend, got dtype {mask.dtype}; "
-            "convert an additive float mask with transformer_lib.masks.from_torch_mha_mask")
-    ok = mask.dim() <= len(scores_shape) and all(
-        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape)))
-    if not ok:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-            f"{tuple(scores_shape)} (..., L_q, L_k)")
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError("q, k and v must have shape (..., L, d)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length L_k, got {k.shape[-2]} and {v.shape[-2]}")
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError as err:
-        raise ValueError(
-            f"batch/head dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-            "do not broadcast") from err
-    return tuple(batch) + (q.shape[-2], k.shape[-2])
+# The rules live in transformer_lib._checks; these two names stay importable from here.
+check_mask_for_scores = check_mask
+_check_qkv = check_qkv
 
 
 def _visible_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -90,11 +67,14 @@ def scaled_dot_product_attention(
         output (..., L_q, d_v) and weights (..., L_q, L_k); each weight row sums to 1, or is all
         zeros when the mask leaves the row nothing to attend to.
     """
-    scores_shape = _check_qkv(q, k, v)
-    check_mask_for_scores(mask, scores_shape)
+    check_mask(mask, check_qkv(q, k, v))  # the one check; the cores below trust their input
     if not need_weights:
-        return attention_fast(q, k, v, mask, scale=scale, bias=bias, dropout_p=dropout_p), None
+        return _attention_fast(q, k, v, mask, scale, bias, dropout_p), None
+    return _attention(q, k, v, mask, scale, bias, dropout_p)
 
+
+def _attention(q, k, v, mask, scale, bias, dropout_p) -> tuple[torch.Tensor, torch.Tensor]:
+    """The readable core of :func:`scaled_dot_product_attention`, without input checks."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., L_q, d_k) @ (..., d_k, L_k) -> (..., L_q, L_k)
     if bias is not None:
@@ -106,30 +86,24 @@ def scaled_dot_product_attention(
     weights = torch.softmax(scores, dim=-1)
     if visible is not None:
         weights = weights * visible  # fully masked rows -> all-zero weights
-    if dropout_p > 0.0:
-        weights_used = F.dropout(weights, p=dropout_p)
-    else:
-        weights_used = weights
+    weights_used = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     output = weights_used @ v  # (..., L_q, L_k) @ (..., L_k, d_v) -> (..., L_q, d_v)
     return output, weights
 
 
-def attention_fast(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    *,
-    scale: float | None = None,
-    bias: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-) -> torch.Tensor:
+def attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                   *, scale: float | None = None, bias: torch.Tensor | None = None,
+                   dropout_p: float = 0.0) -> torch.Tensor:
     """Same result as :func:`scaled_dot_product_attention` through ``F.scaled_dot_product_attention``.
 
     Returns only the output (..., L_q, d_v). Fully masked rows give zeros, as in the readable path.
     """
-    scores_shape = _check_qkv(q, k, v)
-    check_mask_for_scores(mask, scores_shape)
+    check_mask(mask, check_qkv(q, k, v))
+    return _attention_fast(q, k, v, mask, scale, bias, dropout_p)
+
+
+def _attention_fast(q, k, v, mask, scale, bias, dropout_p) -> torch.Tensor:
+    """The core of :func:`attention_fast`, without input checks."""
     if mask is not None and mask.dim() < 2:
         mask = mask.unsqueeze(0)  # (L_k,) -> (1, L_k): SDPA wants at least a 2-D mask
     visible = _visible_rows(mask)

@@ -14,8 +14,11 @@ from typing import Iterable, Sequence
 
 import torch
 
+from ._checks import check_int, check_mask, check_positive
+
 __all__ = [
     "causal_mask",
+    "prefix_lm_mask",
     "padding_mask",
     "sliding_window_mask",
     "dilated_mask",
@@ -34,11 +37,6 @@ def _positions(L_q: int, L_k: int, device=None) -> tuple[torch.Tensor, torch.Ten
     return i, j
 
 
-def _check_length(name: str, value: int) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     """(L_q, L_k) lower-triangular mask: query ``i`` sees keys ``j <= i``.
 
@@ -46,10 +44,24 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     end, so the last query sees every key, as in ``is_causal`` decoding with a KV cache.
     """
     L_k = L_q if L_k is None else L_k
-    _check_length("L_q", L_q)
-    _check_length("L_k", L_k)
+    check_positive("L_q", L_q)
+    check_positive("L_k", L_k)
     i, j = _positions(L_q, L_k, device)
     return j <= i + (L_k - L_q)  # (L_q, L_k)
+
+
+def prefix_lm_mask(n_prefix: int, L: int, device=None) -> torch.Tensor:
+    """(L, L) mask of a prefix language model: query i sees key j when ``j < n_prefix`` or ``j <= i``.
+
+    The first ``n_prefix`` tokens (the prompt, or the "source") attend to each other in both
+    directions, like an encoder; the rest is causal, like a decoder. It is the decoder-only
+    family's way of reading its input bidirectionally (UniLM; the "prefix LM" of the T5 paper;
+    chapter 13). ``n_prefix = 0`` gives the causal mask, ``n_prefix = L`` the full one.
+    """
+    check_positive("L", L)
+    check_int("n_prefix", n_prefix, 0, L)
+    j = torch.arange(L, device=device).unsqueeze(0)  # (1, L) key index
+    return causal_mask(L, device=device) | (j < n_prefix)  # (L, L)
 
 
 def padding_mask(lengths: Sequence[int] | torch.Tensor, max_len: int | None = None,
@@ -76,7 +88,7 @@ def sliding_window_mask(L: int, window: int, causal: bool = False, device=None) 
 
     With ``causal=True`` only the past half of the band is kept: ``i - window // 2 <= j <= i``.
     """
-    _check_length("L", L)
+    check_positive("L", L)
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
     i, j = _positions(L, L, device)
@@ -89,7 +101,7 @@ def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> to
 
     ``dilation=1`` is full attention. With ``causal=True`` also ``j <= i``.
     """
-    _check_length("L", L)
+    check_positive("L", L)
     if not isinstance(dilation, int) or dilation < 1:
         raise ValueError(f"dilation must be an integer >= 1, got {dilation!r}")
     i, j = _positions(L, L, device)
@@ -101,7 +113,7 @@ def global_tokens_mask(L: int, global_positions: Iterable[int], device=None) -> 
     """(L, L) Longformer-style global attention: the listed tokens see everything and are seen by
     everyone. Combine it with a window by OR-ing: ``sliding_window_mask(...) | global_tokens_mask(...)``.
     """
-    _check_length("L", L)
+    check_positive("L", L)
     g = torch.zeros(L, dtype=torch.bool, device=device)
     idx = torch.as_tensor(list(global_positions), dtype=torch.long, device=device)
     if idx.numel() and (idx.min() < 0 or idx.max() >= L):
@@ -153,9 +165,7 @@ def key_padding_to_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 
 def validate_mask(mask: torch.Tensor | None, B: int, H: int, L_q: int, L_k: int) -> torch.Tensor | None:
     """Check that ``mask`` is boolean and broadcastable to (B, H, L_q, L_k); return it as 4-D."""
-    from .attention import check_mask_for_scores  # the one place the rule is written
-
     if mask is None:
         return None
-    check_mask_for_scores(mask, (B, H, L_q, L_k))
+    check_mask(mask, (B, H, L_q, L_k))
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .attention import check_mask_for_scores, scaled_dot_product_attention
+from ._checks import check_mask
+from .attention import _attention, _attention_fast
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
 
@@ -75,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
         B, L_q, L_k = query.shape[0], query.shape[1], key.shape[1]
-        check_mask_for_scores(mask, (B, self.num_heads, L_q, L_k))
+        check_mask(mask, (B, self.num_heads, L_q, L_k))  # checked once here; the core trusts it
 
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d_k)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, L_k, d_k)
@@ -83,8 +84,10 @@ class MultiHeadAttention(nn.Module):
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias, dropout_p=p,
-                                                    need_weights=need_weights)
+        if need_weights:
+            out, weights = _attention(q, k, v, mask, None, bias, p)  # readable path, keeps the weights
+        else:
+            out, weights = _attention_fast(q, k, v, mask, None, bias, p), None  # fused SDPA
         return self.out_proj(merge_heads(out)), weights  # (B, L_q, d_model), (B, H, L_q, L_k)
 
     @classmethod
