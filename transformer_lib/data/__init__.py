@@ -1,0 +1,39 @@
+"""Text corpora that ship with the library (chapters 15 and 16); nothing is downloaded.
+
+``book_prose.txt`` is the English prose of this book's own chapters 0-14 and 18 (MIT licence,
+like the rest of the repository): the Markdown text with code cells, YAML headers, display math
+and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
+move when a chapter is edited; ``python -m transformer_lib.data`` rebuilds it from the chapters.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["CORPUS_PATH", "load_corpus", "extract_prose", "build_corpus"]
+
+CORPUS_PATH = Path(__file__).with_name("book_prose.txt")
+_SKIP = ("15-", "16-", "17-")  # the language-model chapters themselves are not in their own corpus
+
+
+def load_corpus() -> str:
+    """The book-prose corpus as one string."""
+    return CORPUS_PATH.read_text(encoding="utf-8")
+
+
+def extract_prose(markdown: str) -> str:
+    """The prose of one MyST chapter: no front matter, code cells, fenced blocks, $$ math or
+    HTML comments; runs of blank lines collapsed."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", markdown, flags=re.S)  # YAML header
+    text = re.sub(r"^(`{3,}|~{3,}).*?^\1\s*$", "", text, flags=re.S | re.M)  # fenced blocks / code cells
+    text = re.sub(r"\$\$.*?\$\$", "", text, flags=re.S)  # display math
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip() + "\n"
+
+
+def build_corpus(chapters_dir: str | Path) -> str:
+    """Concatenate the prose of every chapter (in file order), separated by blank lines."""
+    paths = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]-*.md") if not p.name.startswith(_SKIP))
+    return "\n".join(extract_prose(p.read_text(encoding="utf-8")) for p in paths)
+
