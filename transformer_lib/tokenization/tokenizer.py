@@ -14,6 +14,7 @@ Two encoders, held equal by a test:
 from __future__ import annotations
 
 import json
+import operator
 from collections import Counter
 
 import regex
@@ -22,6 +23,14 @@ from .bpe import merge_pair, train_bpe, train_bpe_fast
 from .pretokenize import split_chunks, to_utf8, unicode_to_bytes, visible
 
 __all__ = ["BPETokenizer"]
+
+
+def _as_id(i) -> int:
+    """An int, a numpy integer or a one-element integer tensor as an int; anything else is refused."""
+    try:
+        return operator.index(i)
+    except TypeError:
+        raise ValueError(f"token ids must be integers, got {i!r}") from None
 
 
 class BPETokenizer:
@@ -147,7 +156,7 @@ class BPETokenizer:
     def decode(self, ids) -> str:
         """The text of a list of ids. Byte sequences that are not valid UTF-8 (a list cut in the
         middle of a character) decode to U+FFFD instead of raising."""
-        return b"".join(self.token_bytes(int(i)) for i in ids).decode("utf-8", errors="replace")
+        return b"".join(self.token_bytes(_as_id(i)) for i in ids).decode("utf-8", errors="replace")
 
     # -- the fast path and saving ----------------------------------------------------------
 
