@@ -35,14 +35,14 @@ test: venv browser-deps
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv
-	TLIB_DEVICE=cpu $(PY) -m transformer_lib.notebooks execute chapters/*.md
+	TLIB_DEVICE=cpu $(PY) -m bookkit.notebooks execute chapters/*.md
 
-# book/build.py: MathJax from npm (once), the executed chapters copied in, _toc.yml from
+# bookkit/build_book.py: MathJax from npm (once), the executed chapters copied in, _toc.yml from
 # book/parts.yml, then `jupyter-book build book -W -n --keep-going` (nothing is re-executed).
 book: venv
-	$(PY) -m transformer_lib.notebooks check-sync chapters/*.md
+	$(PY) -m bookkit.notebooks check-sync chapters/*.md
 	rm -rf book/_build/html
-	$(PY) book/build.py
+	$(PY) -m bookkit.build_book
 
 # Debian's Chromium for tests/test_browser.py: installed only when /usr/bin/chromium is missing.
 browser-deps:
@@ -62,17 +62,17 @@ clean:
 # Student copies: no solution cells, no outputs on exercise stubs and check cells.
 student: venv
 	rm -rf dist/student
-	$(PY) -m transformer_lib.teaching student chapters dist/student
+	$(PY) -m bookkit.copies student chapters dist/student
 
 # Instructor copies: the full executed notebooks and their MyST sources.
 instructor: venv
 	rm -rf dist/instructor
-	$(PY) -m transformer_lib.teaching instructor chapters dist/instructor
+	$(PY) -m bookkit.copies instructor chapters dist/instructor
 
 # One offline reveal.js deck per chapter (one slide per heading) in dist/slides.
 slides: venv
-	$(PY) -m transformer_lib.slides chapters/*.ipynb --out dist/slides
+	$(PY) -m bookkit.slides chapters/*.ipynb --out dist/slides
 
 # A learner's progress: runs every checker in a copy of the notebooks (default: dist/student).
 progress: venv
-	$(PY) -m transformer_lib.progress $(or $(DIR),dist/student)
+	$(PY) -m bookkit.progress $(or $(DIR),dist/student)

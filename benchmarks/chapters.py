@@ -12,7 +12,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,15 +21,10 @@ BUDGET_S = 60.0
 
 
 def run_once(md: Path) -> float:
-    from nbclient import NotebookClient
-    from transformer_lib.notebooks import read_md
+    from bookkit.conventions import execute_notebook
+    from bookkit.notebooks import read_md
 
-    nb = read_md(md)
-    client = NotebookClient(nb, timeout=900, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(md.parent)}})
-    start = time.perf_counter()
-    client.execute()
-    return time.perf_counter() - start
+    return execute_notebook(read_md(md), md.parent, timeout=900)
 
 
 def main() -> int:

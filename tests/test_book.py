@@ -1,22 +1,18 @@
 """The static HTML book: table of contents, book-only notebook edits, offline assets, solutions.
 
 The first tests read only the sources and run in milliseconds; the rest read book/_build/html,
-which ``book.ensure_built()`` (book/build.py) rebuilds when an input changed since the last build.
+which ``book.ensure_built()`` (bookkit/build_book.py) rebuilds when an input changed since the last build.
 tests/test_browser.py opens the same build in Chromium.
 """
 from __future__ import annotations
 
 import json
 import re
-import sys
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "book"))
-import build as book  # noqa: E402  (book/build.py)
+from bookkit import build_book as book
 
 PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
          "Appendix"]
@@ -49,7 +45,7 @@ def test_toc_holds_exactly_the_chapters_that_exist():
     toc = book.make_toc()
     in_toc = [c["file"] for p in toc["parts"] for c in p["chapters"] if c["file"].startswith("chapters/")]
     on_disk = sorted(p.stem for p in book.CHAPTERS_SRC.glob("*.ipynb")
-                     if book.CHAPTER_RE.match(p.stem) and p.with_suffix(".md").exists())
+                     if book.CHAPTER_STEM.match(p.stem) and p.with_suffix(".md").exists())
     assert in_toc == [f"chapters/{s}" for s in on_disk]
     pages = {c["file"] for p in toc["parts"] for c in p["chapters"]}
     assert {"notation", "references", "authoring"} <= pages

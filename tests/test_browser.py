@@ -16,16 +16,14 @@ import functools
 import http.server
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "book"))
-import build as book  # noqa: E402  (book/build.py)
+from bookkit import build_book as book
+
 
 CHROMIUM = Path("/usr/bin/chromium")
 # as root on a machine without outside network: no sandbox, no GPU, no background connections

@@ -20,4 +20,4 @@ def test_make_targets_in_the_guide_exist():
     makefile = (ROOT / "Makefile").read_text()
     for target in set(re.findall(r"`make (\w+)`", GUIDE)):
         assert re.search(rf"^{target}:", makefile, re.M), f"make {target} is not a Makefile target"
-    assert "python -m transformer_lib.progress" in GUIDE
+    assert "python -m bookkit.progress" in GUIDE

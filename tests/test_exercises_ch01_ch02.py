@@ -113,7 +113,7 @@ def test_executed_notebooks_keep_one_stream_per_run_of_prints():
     """notebooks.strip_volatile merges the kernel's timer-split stdout chunks (chapters 1-2 print
     tables in loops), so a re-execution under load leaves the saved .ipynb unchanged."""
     import nbformat
-    from transformer_lib.notebooks import _coalesce_streams
+    from bookkit.notebooks import _coalesce_streams
 
     outs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
             nbformat.v4.new_output("stream", name="stdout", text="b\n"),

@@ -1,14 +1,13 @@
 """Chapter pipeline: .md and .ipynb in sync, volatile metadata stripped, template followed."""
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from transformer_lib.notebooks import cells_in_sync
+from bookkit import conventions
+from bookkit.notebooks import cells_in_sync
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*.md"))
+CHAPTERS = conventions.chapter_files(conventions.CHAPTERS, ".md")
 CONTENT = [p for p in CHAPTERS if not p.name.startswith("00-")]
 
 
@@ -29,7 +28,7 @@ def test_executed_and_stripped(md):
     assert not any("execution" in c.metadata for c in nb.cells), "execution timestamps left in"
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{md.name} has error outputs"
-    assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,md:myst"
+    assert nb.metadata.get("jupytext", {}).get("formats") == conventions.JUPYTEXT_FORMATS
 
 
 @pytest.mark.parametrize("md", CONTENT, ids=lambda p: p.stem)
@@ -39,7 +38,7 @@ def test_template(md):
         assert re.search(rf"^{re.escape(heading)}", text, re.M), f"{md.name} lacks '{heading}'"
     assert re.search(r"question", text, re.I) and re.search(r"short answer", text, re.I)
     assert len(re.findall(r"\bexplore\(", text)) >= 2, f"{md.name}: fewer than two widgets"
-    assert len(set(re.findall(r"""check\(\s*["']([\w.]+)""", text))) >= 3, f"{md.name}: fewer than three exercises"
+    assert len(set(conventions.check_names(text))) >= 3, f"{md.name}: fewer than three exercises"
     assert re.search(r"seed_everything\(", text), f"{md.name} is not seeded"
 
 
@@ -48,11 +47,11 @@ def test_widget_cells_are_tagged(md):
     nb = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
     for c in nb.cells:
         if c.cell_type == "code" and re.search(r"^explore\(|\n\s*explore\(", c.source):
-            assert "nbval-ignore-output" in c.metadata.get("tags", []), f"{md.name}: untagged widget cell"
+            assert conventions.NBVAL_IGNORE_OUTPUT in conventions.tags_of(c), f"{md.name}: untagged widget cell"
 
 
 def test_rerun_differing_only_in_timings_keeps_the_saved_notebook(tmp_path):
-    from transformer_lib.notebooks import equivalent_to_saved
+    from bookkit.notebooks import equivalent_to_saved
     md = CHAPTERS[0]
     saved = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
     path = tmp_path / "nb.ipynb"
@@ -64,3 +63,18 @@ def test_rerun_differing_only_in_timings_keeps_the_saved_notebook(tmp_path):
     assert equivalent_to_saved(rerun, path)
     rerun.cells[-1].outputs[0]["text"] = "took 13.1 ms, accuracy 0.91\n"
     assert not equivalent_to_saved(rerun, path)
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_cell_tags_come_from_the_vocabulary(md):
+    """A misspelt tag (`solutions`, `hide_input`) would silently do nothing in every tool."""
+    nb = nbformat.read(str(md.with_suffix(".ipynb")), as_version=4)
+    unknown = {t for c in nb.cells for t in conventions.tags_of(c)} - conventions.TAGS
+    assert not unknown, f"{md.name}: tags outside bookkit.conventions.TAGS: {unknown}"
+
+
+def test_the_library_never_imports_the_tooling():
+    """transformer_lib is what a reader learns from; bookkit is the book's machinery on top of it."""
+    offenders = [str(p.relative_to(conventions.ROOT)) for p in (conventions.ROOT / "transformer_lib").rglob("*.py")
+                 if re.search(r"^\s*(from|import)\s+bookkit\b", p.read_text(encoding="utf8"), re.M)]
+    assert offenders == []

@@ -1,22 +1,20 @@
 """Teaching kit: student copies without solutions that still run, instructor copies, slides, progress."""
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from transformer_lib import progress, slides, teaching
+from bookkit import copies, progress, slides
+from bookkit.conventions import CHAPTERS, chapter_files, is_check_cell
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ROOT / "chapters"
-NOTEBOOKS = teaching.chapter_notebooks(CHAPTERS)
+NOTEBOOKS = chapter_files(CHAPTERS)
 URL_ATTR = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
 
 @pytest.fixture(scope="module")
 def student_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("student")
-    written = teaching.write_student(CHAPTERS, out)
+    written = copies.write_student(CHAPTERS, out)
     assert len(written) == len(NOTEBOOKS)
     return out
 
@@ -32,10 +30,10 @@ def test_student_copy_has_no_solutions(student_dir, path):
         assert cell.source.strip() not in text, f"solution text survived in {path.name}"
     assert "PASS [" not in text, "a check output from the solved notebook survived"
     for cell in student.cells:
-        if cell.cell_type == "code" and ("exercise" in cell.metadata.get("tags", []) or teaching.is_check_cell(cell)):
+        if cell.cell_type == "code" and ("exercise" in cell.metadata.get("tags", []) or is_check_cell(cell)):
             assert cell.outputs == []
     kept = lambda nb: sum(len(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"
-                          and "solution" not in c.metadata.get("tags", []) and not teaching.is_check_cell(c)
+                          and "solution" not in c.metadata.get("tags", []) and not is_check_cell(c)
                           and "exercise" not in c.metadata.get("tags", []))
     assert kept(student) == kept(full), "other outputs must be kept"
 
@@ -52,7 +50,7 @@ def test_progress_on_the_solved_chapters_reads_all_passed():
 
 
 def test_instructor_copy(tmp_path):
-    written = teaching.write_instructor(CHAPTERS, tmp_path)
+    written = copies.write_instructor(CHAPTERS, tmp_path)
     assert {p.name for p in written} >= {p.name for p in NOTEBOOKS}
     assert all((tmp_path / p.with_suffix(".md").name).exists() for p in NOTEBOOKS)
 

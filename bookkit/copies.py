@@ -1,7 +1,7 @@
 """Student and instructor copies of the chapters.
 
-    python -m transformer_lib.teaching student chapters/ dist/student
-    python -m transformer_lib.teaching instructor chapters/ dist/instructor
+    python -m bookkit.copies student chapters/ dist/student
+    python -m bookkit.copies instructor chapters/ dist/instructor
 
 A student copy of a chapter notebook has no solution cells (tag ``solution``), no outputs on the
 exercise stubs (tag ``exercise``) or on the check cells, and every other output kept, so a
@@ -12,23 +12,13 @@ full executed notebook plus its MyST source.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["student_notebook", "write_student", "write_instructor", "is_check_cell", "chapter_notebooks"]
+from .conventions import EXERCISE, SOLUTION, chapter_files, is_check_cell, tags_of
 
-CHECK_CALL = re.compile(r"""\bcheck\(\s*["'][\w.]+["']""")
-
-
-def chapter_notebooks(folder: str | Path) -> list[Path]:
-    """The chapter notebooks ``NN-slug.ipynb`` of a folder, in order."""
-    return sorted(Path(folder).glob("[0-9][0-9]-*.ipynb"))
-
-
-def is_check_cell(cell) -> bool:
-    return cell.cell_type == "code" and bool(CHECK_CALL.search(cell.source))
+__all__ = ["student_notebook", "write_student", "write_instructor"]
 
 
 def _clear(cell) -> None:
@@ -42,10 +32,10 @@ def student_notebook(nb):
     nb = copy.deepcopy(nb)
     cells = []
     for cell in nb.cells:
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "solution" in tags:
+        tags = tags_of(cell)
+        if SOLUTION in tags:
             continue
-        if cell.cell_type == "code" and ("exercise" in tags or is_check_cell(cell)):
+        if cell.cell_type == "code" and (EXERCISE in tags or is_check_cell(cell)):
             _clear(cell)
         cells.append(cell)
     nb.cells = cells
@@ -53,33 +43,37 @@ def student_notebook(nb):
     return nb
 
 
-def write_student(src: str | Path, dest: str | Path) -> list[Path]:
+def _student_copy(path: Path, dest: Path) -> list[Path]:
     import nbformat
+    nbformat.write(student_notebook(nbformat.read(str(path), as_version=4)), str(dest / path.name))
+    return [dest / path.name]
+
+
+def _instructor_copy(path: Path, dest: Path) -> list[Path]:
+    sources = [f for f in (path, path.with_suffix(".md")) if f.exists()]
+    for f in sources:
+        shutil.copy2(f, dest / f.name)
+    return [dest / f.name for f in sources]
+
+
+def _write_copies(src: str | Path, dest: str | Path, copy_one) -> list[Path]:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in chapter_notebooks(src):
-        nb = student_notebook(nbformat.read(str(path), as_version=4))
-        out = dest / path.name
-        nbformat.write(nb, str(out))
-        written.append(out)
-    return written
+    return [out for path in chapter_files(src) for out in copy_one(path, dest)]
+
+
+def write_student(src: str | Path, dest: str | Path) -> list[Path]:
+    """Student copies of every chapter notebook in ``src``, written to ``dest``."""
+    return _write_copies(src, dest, _student_copy)
 
 
 def write_instructor(src: str | Path, dest: str | Path) -> list[Path]:
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in chapter_notebooks(src):
-        for f in (path, path.with_suffix(".md")):
-            if f.exists():
-                shutil.copy2(f, dest / f.name)
-                written.append(dest / f.name)
-    return written
+    """The executed notebooks and their MyST sources, copied to ``dest``."""
+    return _write_copies(src, dest, _instructor_copy)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib.teaching")
+    parser = argparse.ArgumentParser(prog="python -m bookkit.copies")
     parser.add_argument("kind", choices=["student", "instructor"])
     parser.add_argument("src", help="folder with the chapter notebooks (chapters/)")
     parser.add_argument("dest", help="output folder, e.g. dist/student")

@@ -1,7 +1,7 @@
 """A learner's progress: run every checker in a copy of the notebooks and tabulate the verdicts.
 
-    python -m transformer_lib.progress dist/student/           # executes each notebook
-    python -m transformer_lib.progress chapters/ --no-execute  # reads the saved outputs only
+    python -m bookkit.progress dist/student/           # executes each notebook
+    python -m bookkit.progress chapters/ --no-execute  # reads the saved outputs only
 
 Each check cell prints ``PASS [name]`` or ``NOT YET [name]``; an exercise whose check cell never
 ran (an earlier cell raised) is reported as ``error``. Instructors can run this on a student's
@@ -10,15 +10,12 @@ folder to grade; students run it to see what is left.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 from pathlib import Path
 
-__all__ = ["notebook_progress", "progress_table"]
+from .conventions import VERDICT, chapter_files, check_names, execute_notebook
 
-VERDICT = re.compile(r"^(PASS|NOT YET) \[([\w.]+)\]", re.M)
-CHECK_NAME = re.compile(r"""\bcheck\(\s*["']([\w.]+)["']""")
+__all__ = ["notebook_progress", "progress_table"]
 
 
 def _stream_text(nb) -> str:
@@ -31,33 +28,23 @@ def notebook_progress(path: str | Path, execute: bool = True, timeout: int = 600
     import nbformat
     path = Path(path)
     nb = nbformat.read(str(path), as_version=4)
-    names = [n for c in nb.cells if c.cell_type == "code" for n in CHECK_NAME.findall(c.source)]
-    if execute:
-        from nbclient import NotebookClient
-        env_backup = os.environ.get("TLIB_STATIC_WIDGETS")
-        os.environ["TLIB_STATIC_WIDGETS"] = "0"  # no need to precompute static widgets here
-        try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
-        finally:
-            if env_backup is None:
-                os.environ.pop("TLIB_STATIC_WIDGETS", None)
-            else:
-                os.environ["TLIB_STATIC_WIDGETS"] = env_backup
+    names = [n for c in nb.cells if c.cell_type == "code" for n in check_names(c.source)]
+    if execute:  # no need to precompute the widgets' static renderings here
+        execute_notebook(nb, path.parent, timeout=timeout, allow_errors=True, env={"TLIB_STATIC_WIDGETS": "0"})
     verdicts = {name: ("passed" if v == "PASS" else "not yet") for v, name in VERDICT.findall(_stream_text(nb))}
     return {name: verdicts.get(name, "error") for name in dict.fromkeys(names)}
 
 
 def progress_table(folder: str | Path, execute: bool = True) -> list[tuple[str, str, str]]:
     rows = []
-    for path in sorted(Path(folder).glob("[0-9][0-9]-*.ipynb")):
+    for path in chapter_files(folder):
         for name, status in notebook_progress(path, execute).items():
             rows.append((path.stem, name, status))
     return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib.progress")
+    parser = argparse.ArgumentParser(prog="python -m bookkit.progress")
     parser.add_argument("folder", help="folder with chapter notebooks (a learner's copy)")
     parser.add_argument("--no-execute", action="store_true", help="read saved outputs instead of running")
     args = parser.parse_args(argv)

@@ -1,10 +1,11 @@
 """Chapter pipeline: execute MyST chapters into their paired, executed notebooks.
 
-    python -m transformer_lib.notebooks execute chapters/*.md     # .md -> executed .ipynb
-    python -m transformer_lib.notebooks check-sync chapters/*.md  # .ipynb cells == .md cells?
+    python -m bookkit.notebooks execute chapters/*.md     # .md -> executed .ipynb
+    python -m bookkit.notebooks check-sync chapters/*.md  # .ipynb cells == .md cells?
 
 Each chapter's source of truth is ``chapters/NN-slug.md`` (MyST Markdown, paired by jupytext
-with ``ipynb,md:myst``). ``execute`` reads it, runs it with nbclient in the chapters folder, strips
+with ``ipynb,md:myst``). ``execute`` reads it, runs it in the chapters folder (the execution setup
+of ``bookkit.conventions``), strips
 volatile metadata (execution timestamps; widget model ids are renumbered deterministically) and
 writes ``NN-slug.ipynb``, the baseline that nbval re-runs. Re-running an unchanged chapter leaves
 git clean.
@@ -14,16 +15,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import sys
-import time
 from pathlib import Path
+
+from .conventions import JUPYTEXT_FORMATS, KERNELSPEC, ROOT, execute_notebook, is_chapter, tags_of
 
 __all__ = ["execute_chapter", "cells_in_sync", "strip_volatile", "read_md"]
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 def read_md(path: str | Path):
@@ -32,8 +32,7 @@ def read_md(path: str | Path):
 
 
 def _cell_key(cell) -> tuple:
-    tags = tuple(cell.get("metadata", {}).get("tags", []))
-    return (cell["cell_type"], cell["source"].strip(), tags)
+    return (cell["cell_type"], cell["source"].strip(), tuple(tags_of(cell)))
 
 
 def cells_in_sync(md_path: str | Path, ipynb_path: str | Path | None = None) -> list[str]:
@@ -97,7 +96,7 @@ def strip_volatile(nb, name: str):
     return nb
 
 
-SANITIZE_CFG = Path(__file__).resolve().parents[1] / "tests" / "nbval_sanitize.cfg"
+SANITIZE_CFG = ROOT / "tests" / "nbval_sanitize.cfg"
 
 
 def _sanitizers() -> list[tuple[re.Pattern, str]]:
@@ -136,20 +135,14 @@ def equivalent_to_saved(nb, ipynb_path: Path) -> bool:
 def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
     """Execute one chapter .md into its .ipynb; return the wall time in seconds."""
     import nbformat
-    from nbclient import NotebookClient
 
     md_path = Path(md_path).resolve()
     nb = read_md(md_path)
-    nb.metadata.setdefault("jupytext", {})["formats"] = "ipynb,md:myst"
     nb.metadata["kernelspec"] = KERNELSPEC
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(md_path.parent)}})
-    start = time.perf_counter()
-    client.execute()
-    elapsed = time.perf_counter() - start
+    elapsed = execute_notebook(nb, md_path.parent, timeout=timeout)
     nb = strip_volatile(nb, md_path.stem)
     # jupytext's own metadata (text_representation) is volatile across versions: keep only formats
-    nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
+    nb.metadata["jupytext"] = {"formats": JUPYTEXT_FORMATS}
     out = md_path.with_suffix(".ipynb")
     if not equivalent_to_saved(nb, out):
         nbformat.write(nb, str(out))
@@ -157,14 +150,14 @@ def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib.notebooks")
+    parser = argparse.ArgumentParser(prog="python -m bookkit.notebooks")
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("execute", help="execute chapter .md files into their .ipynb")
     ex.add_argument("paths", nargs="+")
     cs = sub.add_parser("check-sync", help="fail if a .ipynb's cells differ from its .md")
     cs.add_argument("paths", nargs="+")
     args = parser.parse_args(argv)
-    paths = [p for p in args.paths if re.match(r"\d\d-", Path(p).name)]
+    paths = [p for p in args.paths if is_chapter(p)]
     if args.cmd == "execute":
         for p in paths:
             print(f"executing {p} ...", flush=True)
@@ -179,5 +172,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TLIB_DEVICE", "cpu")
     sys.exit(main())

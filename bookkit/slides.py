@@ -1,6 +1,6 @@
 """Offline reveal.js slide decks from the chapters: one slide per heading.
 
-    python -m transformer_lib.slides chapters/*.ipynb --out dist/slides
+    python -m bookkit.slides chapters/*.ipynb --out dist/slides
 
 Rule: every Markdown heading (#, ##, ###) starts a new slide; the text, code and outputs below it
 fill the slide (it scrolls when long). Solution cells are left out; cells tagged ``hide-input``
@@ -18,11 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .conventions import HIDE_INPUT, REMOVE_CELL, REMOVE_INPUT, ROOT, SOLUTION, is_chapter, tags_of
+
 __all__ = ["notebook_to_slides", "build_decks", "ensure_assets", "REVEAL", "MATHJAX"]
 
 REVEAL = "reveal.js@5.2.1"
 MATHJAX = "mathjax@3.2.2"
-ROOT = Path(__file__).resolve().parents[1]
 ASSET_CACHE = ROOT / "build" / "slide-assets"
 
 
@@ -104,8 +105,8 @@ def notebook_to_slides(nb, title: str) -> list[str]:
     md = _markdown()
     slides: list[list[str]] = [[]]
     for cell in nb.cells:
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "solution" in tags or "remove-cell" in tags:
+        tags = tags_of(cell)
+        if SOLUTION in tags or REMOVE_CELL in tags:
             continue
         if cell.cell_type == "markdown":
             chunks = re.split(r"(?m)^(?=#{1,3} )", cell.source)
@@ -116,7 +117,7 @@ def notebook_to_slides(nb, title: str) -> list[str]:
                     slides.append([])
                 slides[-1].append(md.render(_myst_to_commonmark(chunk)))
         elif cell.cell_type == "code":
-            if "hide-input" not in tags and "remove-input" not in tags:
+            if HIDE_INPUT not in tags and REMOVE_INPUT not in tags:
                 slides[-1].append(f"<pre><code class='language-python'>{html.escape(cell.source)}</code></pre>")
             slides[-1].append(_outputs_html(cell))
     return ["\n".join(s) for s in slides if any(p.strip() for p in s)]
@@ -156,11 +157,11 @@ def build_decks(notebooks: list[str | Path], out: str | Path, modules: Path | No
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib.slides")
+    parser = argparse.ArgumentParser(prog="python -m bookkit.slides")
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--out", default="dist/slides")
     args = parser.parse_args(argv)
-    notebooks = [p for p in args.notebooks if re.match(r"\d\d-", Path(p).name) and p.endswith(".ipynb")]
+    notebooks = [p for p in args.notebooks if is_chapter(p) and p.endswith(".ipynb")]
     decks = build_decks(notebooks, args.out)
     print(f"wrote {len(decks)} decks to {args.out}")
     return 0

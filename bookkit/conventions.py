@@ -1,0 +1,119 @@
+"""The chapter conventions, written down once for every tool in ``bookkit``.
+
+A chapter is ``chapters/NN-slug.md`` (MyST Markdown, the source of truth) paired by jupytext with
+``NN-slug.ipynb`` (the executed baseline nbval re-runs). Cells carry tags from a small vocabulary
+(``TAGS``); an exercise's check cell calls ``check("chNN.name", answer)``, and the checker prints
+``PASS [name]`` or ``NOT YET [name]``. Every tool that executes a chapter does it the same way:
+``execute_notebook`` (kernel ``python3``, ``store_widget_state=True``, ``TLIB_DEVICE=cpu`` unless
+the caller's environment says otherwise).
+
+The notebook pipeline, the student copies, the slides, the progress report and the book build
+import these names instead of repeating them; ``book/authoring.md`` describes the same rules in
+prose for chapter authors.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["ROOT", "CHAPTERS", "BOOK", "CHAPTER_SLUG", "CHAPTER_STEM", "JUPYTEXT_FORMATS", "is_chapter",
+           "chapter_files", "TAGS", "SOLUTION", "EXERCISE", "HIDE_INPUT", "REMOVE_INPUT", "REMOVE_CELL",
+           "NBVAL_IGNORE_OUTPUT", "RAISES_EXCEPTION", "tags_of", "CHECK_CALL", "VERDICT", "check_names",
+           "is_check_cell", "KERNEL_NAME", "KERNELSPEC", "EXECUTION_DEFAULTS", "execute_notebook"]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+BOOK = ROOT / "book"
+
+# -- chapter files ------------------------------------------------------------------------------
+CHAPTER_SLUG = r"\d\d-[a-z0-9-]+"            # NN-slug: two digits, then lower-case words
+CHAPTER_STEM = re.compile(rf"^{CHAPTER_SLUG}$")
+JUPYTEXT_FORMATS = "ipynb,md:myst"           # the .md/.ipynb pairing of every chapter
+
+
+def is_chapter(path: str | Path) -> bool:
+    """True for ``NN-slug.md`` / ``NN-slug.ipynb`` (any folder), False for other files."""
+    return bool(CHAPTER_STEM.match(Path(path).stem))
+
+
+def chapter_files(folder: str | Path, suffix: str = ".ipynb") -> list[Path]:
+    """The chapter files ``NN-slug<suffix>`` of a folder, in chapter order."""
+    return sorted(p for p in Path(folder).glob(f"[0-9][0-9]-*{suffix}") if is_chapter(p))
+
+
+# -- cell tags ----------------------------------------------------------------------------------
+SOLUTION = "solution"                        # the worked answer: collapsed in the book, gone from student copies
+EXERCISE = "exercise"                        # the stub a reader fills in: outputs cleared in student copies
+HIDE_INPUT = "hide-input"                    # show the output, fold the code (book and slides)
+REMOVE_INPUT = "remove-input"                # show the output only
+REMOVE_CELL = "remove-cell"                  # set-up code that neither the book nor the slides show
+NBVAL_IGNORE_OUTPUT = "nbval-ignore-output"  # output varies (widgets, timings): nbval runs it, compares nothing
+RAISES_EXCEPTION = "raises-exception"        # the error is the point: expected by nbval and the book build
+TAGS = {SOLUTION, EXERCISE, HIDE_INPUT, REMOVE_INPUT, REMOVE_CELL, NBVAL_IGNORE_OUTPUT, RAISES_EXCEPTION}
+
+
+def tags_of(cell) -> list[str]:
+    """A cell's tags (a nbformat node or a plain dict)."""
+    return cell.get("metadata", {}).get("tags", [])
+
+
+# -- exercises: the check call and its verdict ---------------------------------------------------
+CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([\w.]+)["']""")   # check("ch01.softmax_rows", answer)
+VERDICT = re.compile(r"^(PASS|NOT YET) \[([\w.]+)\]", re.M)     # what transformer_lib.exercises prints
+
+
+def _source(cell) -> str:
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def check_names(source: str) -> list[str]:
+    """The exercise names checked in a cell's (or a chapter's) source, in order."""
+    return CHECK_CALL.findall(source)
+
+
+def is_check_cell(cell) -> bool:
+    return cell["cell_type"] == "code" and bool(CHECK_CALL.search(_source(cell)))
+
+
+# -- executing a notebook -------------------------------------------------------------------------
+KERNEL_NAME = "python3"
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": KERNEL_NAME}
+# the book's numbers were printed on a CPU: a chapter runs there unless the environment says otherwise
+EXECUTION_DEFAULTS = {"TLIB_DEVICE": "cpu"}
+
+
+@contextmanager
+def _environment(values: dict[str, str]):
+    """Set environment variables (inherited by the kernel) for the duration of a block."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def execute_notebook(nb, folder: str | Path, timeout: int = 900, allow_errors: bool = False,
+                     env: dict[str, str] | None = None) -> float:
+    """Run ``nb`` (a nbformat notebook, changed in place) in ``folder``; return the wall time in s.
+
+    ``store_widget_state=True`` is required: with False, nbclient crashes on ``interact``. ``env``
+    is set for the kernel on top of ``EXECUTION_DEFAULTS`` (which yield to the caller's own
+    environment variables)."""
+    from nbclient import NotebookClient
+
+    values = {k: v for k, v in EXECUTION_DEFAULTS.items() if k not in os.environ} | dict(env or {})
+    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL_NAME, store_widget_state=True,
+                            allow_errors=allow_errors, resources={"metadata": {"path": str(folder)}})
+    with _environment(values):
+        start = time.perf_counter()
+        client.execute()
+        return time.perf_counter() - start
