@@ -36,3 +36,4 @@ from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, Sinusoidal
                          alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding)
 from .rnn import ElmanRNN, torch_rnn
 from .sparse import dilated_attention, sliding_window_attention
+from .tiled import tiled_attention
