@@ -172,12 +172,17 @@ class DecoderOnlyLM(nn.Module):
 
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
     'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens)`` -> logits (B, L, V).
+
+    ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
+    weight from N(0, init_std^2) and zeroes the biases, as GPT-2 does with 0.02. It matters with a
+    tied head: torch's N(0, 1) embedding makes the initial logits ~sqrt(d_model) large, so the
+    untrained model starts confidently wrong (chapter 16).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
                  positional: str = "learned", norm: str = "layer", activation: str = "gelu",
-                 norm_first: bool = True, tie_weights: bool = True):
+                 norm_first: bool = True, tie_weights: bool = True, init_std: float | None = None):
         super().__init__()
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
@@ -197,6 +202,12 @@ class DecoderOnlyLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_weights:
             self.head.weight = self.embed.weight
+        if init_std is not None:
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(module.weight, std=init_std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         B, L = tokens.shape
