@@ -14,8 +14,9 @@ Checkers live in one module per chapter (``chNN_*.py`` beside this file) and reg
 with :func:`exercise`; importing this package imports them all.
 """
 from ._core import (REGISTRY, Exercise, NotYet, Result, check, compare_arrays, compare_function,
-                    compare_value, exercise, get, list_exercises)
+                    compare_value, exercise, get, list_exercises, preserved_rng, to_int, to_number, to_numpy)
 from . import _registry_loader  # noqa: F401  (imports every chNN_*.py so their checkers register)
 
 __all__ = ["check", "exercise", "NotYet", "Result", "Exercise", "REGISTRY", "get", "list_exercises",
-           "compare_function", "compare_arrays", "compare_value"]
+           "compare_function", "compare_arrays", "compare_value", "preserved_rng", "to_numpy", "to_number",
+           "to_int"]

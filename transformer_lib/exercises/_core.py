@@ -1,6 +1,10 @@
 """The machinery behind :func:`check`: a registry of checkers and comparison helpers."""
 from __future__ import annotations
 
+import contextlib
+import math
+import numbers
+import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -8,7 +12,8 @@ import numpy as np
 import torch
 
 __all__ = ["REGISTRY", "Exercise", "NotYet", "Result", "check", "exercise", "get", "list_exercises",
-           "compare_function", "compare_arrays", "compare_value"]
+           "compare_function", "compare_arrays", "compare_value", "preserved_rng", "seed_cpu", "to_numpy",
+           "to_number", "to_int"]
 
 
 class NotYet(Exception):
@@ -38,17 +43,27 @@ class Exercise:
 
     ``checker(answer)`` returns a short success message or raises :class:`NotYet`.
     ``wrong_answers`` builds answers that must fail (used by the tests to prove the checker bites).
+    ``solution`` builds the reference answer (usually the library function the checker compares
+    with) and ``alternative_answers`` builds right answers written differently (einsum, loops,
+    NumPy, other input types): the tests require every one of them to pass, so a checker cannot
+    reject a right answer for the way it is written.
+
+    :meth:`run` calls the checker inside :func:`preserved_rng`: a check never changes the reader's
+    next random numbers (torch, NumPy, ``random``), and the checker sees the same seeds every time.
     """
     name: str
     checker: Callable[[Any], str | None]
     hint: str = ""
     wrong_answers: Callable[[], Sequence[Any]] = field(default=lambda: [])
+    solution: Callable[[], Any] | None = None
+    alternative_answers: Callable[[], Sequence[Any]] = field(default=lambda: [])
 
     def run(self, answer) -> Result:
         if _is_stub(answer):
             return Result(self.name, False, "replace the stub with your answer, then run this cell again.")
         try:
-            message = self.checker(answer) or "all test inputs match."
+            with preserved_rng():
+                message = self.checker(answer) or "all test inputs match."
         except NotYet as err:
             hint = f" Hint: {self.hint}" if self.hint else ""
             return Result(self.name, False, f"{err}.{hint}".replace("..", "."))
@@ -63,12 +78,15 @@ REGISTRY: dict[str, Exercise] = {}
 HISTORY: list[Result] = []
 
 
-def exercise(name: str, hint: str = "", wrong_answers: Callable[[], Sequence[Any]] | None = None):
-    """Decorator registering ``checker`` under ``name``."""
+def exercise(name: str, hint: str = "", wrong_answers: Callable[[], Sequence[Any]] | None = None,
+             solution: Callable[[], Any] | None = None,
+             alternative_answers: Callable[[], Sequence[Any]] | None = None):
+    """Decorator registering ``checker`` under ``name`` (see :class:`Exercise` for the factories)."""
     def register(checker):
         if name in REGISTRY:
             raise ValueError(f"exercise {name!r} is registered twice")
-        REGISTRY[name] = Exercise(name, checker, hint, wrong_answers or (lambda: []))
+        REGISTRY[name] = Exercise(name, checker, hint, wrong_answers or (lambda: []), solution,
+                                  alternative_answers or (lambda: []))
         return checker
     return register
 
@@ -96,19 +114,105 @@ def _is_stub(answer) -> bool:
     return answer is None or answer is Ellipsis
 
 
+# -- the reader's random numbers ---------------------------------------------------------------
+
+def seed_cpu(seed: int) -> None:
+    """Seed the CPU generators a checker may draw from (torch's default CPU generator, NumPy's
+    legacy global one, ``random``). Unlike ``torch.manual_seed`` it leaves CUDA and MPS alone:
+    seeding an uninitialised CUDA queues a seed for later that no restore could take back."""
+    torch.default_generator.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+@contextlib.contextmanager
+def preserved_rng(seed: int | None = 0):
+    """Run a block without changing the caller's random state, then put it back exactly.
+
+    Saves and restores torch's CPU generator (and every CUDA device's, when CUDA is initialised),
+    NumPy's global generator and Python's ``random``; inside, all are seeded with ``seed`` (None:
+    left as they are), so a checker draws the same numbers whatever the reader did before.
+    """
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    try:
+        if seed is not None:
+            seed_cpu(seed)
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
+# -- converting answers: every natural type is accepted -----------------------------------------
+
+def to_numpy(x, what: str = "your result") -> np.ndarray:
+    """A NumPy array from a tensor (any device, any float type), a NumPy array or scalar, a Python
+    number, or (nested) lists and tuples of any of these. Anything else raises NotYet."""
+    if x is None:
+        raise NotYet(f"{what} is None: did you forget to return it?")
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+        if t.is_complex():
+            raise NotYet(f"{what} is complex; expected real numbers")
+        if t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()  # NumPy has no bfloat16
+        return t.numpy()
+    if isinstance(x, (list, tuple)):
+        parts = [to_numpy(item, what) for item in x]
+        if len({p.shape for p in parts}) > 1:
+            raise NotYet(f"{what} is a list whose items have different shapes")
+        return np.array(parts) if parts else np.zeros(0)
+    if isinstance(x, (np.ndarray, np.generic, numbers.Number)):
+        arr = np.asarray(x)
+        if arr.dtype == object or np.iscomplexobj(arr):
+            raise NotYet(f"{what} should hold real numbers, got an array of {arr.dtype}")
+        return arr
+    raise NotYet(f"{what} should be a tensor, a NumPy array, a number or a list of numbers, "
+                 f"got {type(x).__name__}")
+
+
+def to_number(x, what: str = "your value") -> float:
+    """A float from a Python or NumPy number or a one-element tensor or array; else NotYet."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise NotYet(f"{what} should be a number, got {type(x).__name__}")
+    if isinstance(x, numbers.Real):
+        return float(x)
+    try:
+        arr = to_numpy(x, what)
+    except NotYet:
+        raise NotYet(f"{what} should be a number, got {type(x).__name__}") from None
+    if arr.size != 1:
+        raise NotYet(f"{what} should be one number, got {arr.size} values (shape {tuple(arr.shape)})")
+    return float(arr.reshape(()))
+
+
+def to_int(x, what: str = "your count") -> int:
+    """An int from any number :func:`to_number` accepts whose value is whole (7, 7.0, np.int64(7),
+    torch.tensor(7)); NotYet for 7.5 or non-numbers."""
+    value = to_number(x, what)
+    if not math.isfinite(value) or not value.is_integer():
+        raise NotYet(f"{what} should be a whole number, got {value:g}")
+    return int(value)
+
+
 # -- comparison helpers used by the checkers ---------------------------------------------------
 
-def _to_numpy(x):
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+_to_numpy = to_numpy  # the old private name
 
 
 def compare_arrays(got, expected, what: str = "your result", atol: float = 1e-5, rtol: float = 1e-5) -> None:
-    """Raise NotYet describing the first difference (shape, dtype kind, values) — never the values."""
-    if got is None:
-        raise NotYet(f"{what} is None: did you forget to return it?")
-    g, e = _to_numpy(got), _to_numpy(expected)
+    """Raise NotYet describing the first difference (shape, dtype kind, values) — never the values.
+
+    ``got`` may be any type :func:`to_numpy` accepts (tensor, array, list, number)."""
+    g, e = to_numpy(got, what), to_numpy(expected, "the reference")
+    if e.ndim == 0 and g.size == 1:
+        g = g.reshape(())  # one number asked for: [x], [[x]] or a 1-element tensor is fine
     if g.shape != e.shape:
         raise NotYet(f"{what} has shape {tuple(g.shape)}, expected shape {tuple(e.shape)}")
     if e.dtype == bool and g.dtype != bool:
@@ -118,6 +222,10 @@ def compare_arrays(got, expected, what: str = "your result", atol: float = 1e-5,
         if wrong:
             raise NotYet(f"{what} differs in {wrong} of {e.size} entries")
         return
+    if g.dtype == bool and e.dtype != bool:
+        g = g.astype(e.dtype)  # True/False where 1/0 was asked for: compare the numbers
+    if not np.issubdtype(g.dtype, np.number) and g.dtype != bool:
+        raise NotYet(f"{what} should hold numbers, got dtype {g.dtype}")
     if not np.all(np.isfinite(g)):
         raise NotYet(f"{what} contains NaN or inf")
     if not np.allclose(g, e, atol=atol, rtol=rtol):
@@ -145,10 +253,9 @@ def compare_function(answer: Callable, reference: Callable, inputs: Iterable[tup
 
 def compare_value(answer, expected: float, what: str = "your value", rtol: float = 1e-3, atol: float = 0.0) -> str:
     """Numeric answer check that says 'too high' / 'too low' but not the value."""
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        raise NotYet(f"{what} should be a number, got {type(answer).__name__}") from None
+    value = to_number(answer, what)
+    if math.isnan(value):
+        raise NotYet(f"{what} is NaN")
     if abs(value - expected) > max(atol, rtol * abs(expected)):
         raise NotYet(f"{what} is too {'high' if value > expected else 'low'}")
     return f"{what} is right."

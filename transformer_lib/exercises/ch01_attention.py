@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..attention import scaled_dot_product_attention
@@ -54,6 +55,13 @@ def _scores_reference(q, k):
               lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1],  # divided by d_k, not sqrt(d_k)
               lambda q, k: k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]),  # (L_k, L_q): transposed
               lambda q, k: q @ k.transpose(0, 1) / math.sqrt(q.shape[-1]),  # right for 2-D only
+              lambda q, k: q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1]),  # multiplied by the scale
+              lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2]),  # sqrt(L_k), not sqrt(d_k)
+          ],
+          solution=lambda: _scores_reference,
+          alternative_answers=lambda: [
+              lambda q, k: torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5,  # einsum
+              lambda q, k: np.matmul(q.numpy(), np.swapaxes(k.numpy(), -1, -2)) / np.sqrt(q.shape[-1]),  # NumPy
           ])
 def _check_scores(answer):
     return compare_function(answer, _scores_reference, _qkv_inputs(with_values=False),
@@ -79,12 +87,43 @@ def _unscaled_attention(q, k, v):
     return w @ v, w
 
 
+def _scaled_by_d_k_attention(q, k, v):  # divides by d_k, not its square root
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], dim=-1)
+    return w @ v, w
+
+
+def _scores_times_values(q, k, v):  # the output mixes the values with the scores, not the weights
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return s @ v, torch.softmax(s, dim=-1)
+
+
+def _einsum_stable_attention(q, k, v):
+    """A right answer written differently: einsum and a hand-made softmax that subtracts the row max."""
+    s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])  # (..., L_q, L_k)
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    w = e / e.sum(dim=-1, keepdim=True)
+    return torch.einsum("...qk,...kv->...qv", w, v), w
+
+
+def _numpy_attention(q, k, v):
+    """A right answer in NumPy (float64), returned as a list [output, weights]."""
+    q, k, v = (t.double().numpy() for t in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    w = e / e.sum(axis=-1, keepdims=True)
+    return [w @ v, w]
+
+
 @exercise("attention.scaled_dot_product",
           hint="scores = q k^T / sqrt(d_k); weights = softmax over the *last* axis (one distribution "
                "per query); output = weights @ v. torch.softmax is safe with large scores; a "
                "hand-written exp() must subtract each row's maximum first",
           wrong_answers=lambda: [_wrong_axis_attention, _unscaled_attention, _naive_exp_attention,
-                                 lambda q, k, v: _unscaled_attention(q, k, v)[::-1]])
+                                 lambda q, k, v: _unscaled_attention(q, k, v)[::-1],
+                                 _scaled_by_d_k_attention, _scores_times_values,
+                                 lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1]],  # (weights, output)
+          solution=lambda: scaled_dot_product_attention,
+          alternative_answers=lambda: [_einsum_stable_attention, _numpy_attention])
 def _check_sdpa(answer):
     if not callable(answer):
         raise NotYet(f"expected a function, got {type(answer).__name__}")
@@ -116,6 +155,13 @@ def _entropy_inputs() -> list[tuple]:
     return [(rows,), (one_hot,), (uniform,), (mixed,)]
 
 
+def _entropy_by_loops(weights):
+    """A right answer with Python loops over the rows, skipping the zeros."""
+    rows = weights.reshape(-1, weights.shape[-1]).tolist()  # (N, L) as lists
+    entropies = [-sum(a * math.log(a) for a in row if a > 0) for row in rows]
+    return np.array(entropies).reshape(tuple(weights.shape[:-1]))
+
+
 @exercise("attention.entropy",
           hint="H = -sum_j a_j log a_j over the last axis, natural log (nats), with 0 log 0 = 0 "
                "(torch.special.xlogy(a, a) computes a log a and gives 0 at a = 0)",
@@ -124,6 +170,13 @@ def _entropy_inputs() -> list[tuple]:
               lambda w: -torch.special.xlogy(w, w).sum(-1) / math.log(2),  # bits, not nats
               lambda w: torch.special.xlogy(w, w).sum(-1),  # sign
               lambda w: -torch.special.xlogy(w, w).mean(-1),  # mean instead of sum
+              lambda w: -torch.special.xlogy(w, w).sum(-1, keepdim=True),  # keeps the summed axis
+              lambda w: -(w * torch.log(w + 1e-3)).sum(-1),  # an epsilon large enough to move the result
+          ],
+          solution=lambda: _entropy_reference,
+          alternative_answers=lambda: [
+              lambda w: -(w * torch.log(torch.where(w > 0, w, torch.ones_like(w)))).sum(-1),  # log 1 = 0 at a = 0
+              _entropy_by_loops,
           ])
 def _check_entropy(answer):
     if not callable(answer):
@@ -138,7 +191,12 @@ def _check_entropy(answer):
 
 @exercise("attention.unscaled_temperature",
           hint="softmax(s) = softmax((s / sqrt(d_k)) / T): solve for T",
-          wrong_answers=lambda: [lambda d_k: math.sqrt(d_k), lambda d_k: 1 / d_k, lambda d_k: 1.0])
+          wrong_answers=lambda: [lambda d_k: math.sqrt(d_k), lambda d_k: 1 / d_k, lambda d_k: 1.0,
+                                 lambda d_k: float(d_k),  # T = d_k
+                                 lambda d_k: 1 / math.sqrt(d_k + 1)],  # off by one
+          solution=lambda: lambda d_k: 1 / math.sqrt(d_k),
+          alternative_answers=lambda: [lambda d_k: np.float32(d_k) ** -0.5,  # a NumPy scalar
+                                       lambda d_k: torch.tensor([float(d_k)]).rsqrt()])  # a one-element tensor
 def _check_temperature(answer):
     inputs = [(1,), (16,), (64,), (512,)]
     return compare_function(answer, lambda d_k: torch.tensor(1 / math.sqrt(d_k)).double(), inputs,
