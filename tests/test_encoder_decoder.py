@@ -1,4 +1,6 @@
-"""Tests for transformer_lib.families (chapter 13) and the chapter's exercise checkers."""
+"""Tests for what chapter 13 uses (prefix_lm_mask in masks, record_attention / mask_kind /
+dependency_map in probes, TokenClassifier in toy_models, its data sets in tasks) and the
+chapter's exercise checkers."""
 import functools
 
 import pytest
@@ -10,8 +12,10 @@ from hypothesis import strategies as st
 import transformer_lib as tl
 from transformer_lib import tasks
 from transformer_lib.exercises import get
-from transformer_lib.families import (TokenClassifier, dependency_map, mask_kind, prefix_lm_mask,
-                                      prompt_batch, record_attention, running_sum_batch)
+from transformer_lib.masks import prefix_lm_mask
+from transformer_lib.probes import dependency_map, mask_kind, record_attention
+from transformer_lib.tasks import prompt_batch, running_sum_batch
+from transformer_lib.toy_models import TokenClassifier
 
 
 # -- prefix_lm_mask and mask_kind ----------------------------------------------------------------
@@ -110,10 +114,10 @@ def _dense_reference(model, tokens):
     L = tokens.shape[1]
     mask = tl.causal_mask(L) if model.causal else None
     x = model.embed(tokens) + model.pos.embedding.weight[:L]  # (B, L, D)
-    for layer in model.encoder.layers:
+    for layer in model.blocks:
         x = x + layer.self_attn(layer.norm1(x), mask=mask)[0]  # Pre-LN: x + Sublayer(LN(x))
         x = x + layer.ffn(layer.norm2(x))
-    return model.head(model.encoder.norm(x))  # (B, L, C)
+    return model.head(model.norm(x))  # (B, L, C)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from transformer_lib import pretrained
 from transformer_lib.exercises import get
-from transformer_lib.pretrained import (BertEncoder, MiniLMConfig, bert_name_map, column_score,
-                                        cosine_matrix, diagonal_score, load_minilm, mean_pool)
+from transformer_lib.pretrained import (BertEncoder, MiniLMConfig, bert_name_map, cosine_matrix, load_minilm,
+                                        mean_pool)
+from transformer_lib.probes import column_score, diagonal_score
 
 ATOL = 1e-4
 

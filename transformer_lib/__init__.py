@@ -3,32 +3,35 @@
 Modules, one concept each:
 
 * :mod:`.attention` scaled dot-product attention (readable + SDPA fast path)
-* :mod:`.masks` boolean masks (True = may attend) and conversions to torch's convention
+* :mod:`.masks` boolean masks (True = may attend, causal, padding, prefix LM, ...) and conversions
+  to torch's convention
 * :mod:`.multihead` multi-head attention (self and cross)
 * :mod:`.norms` LayerNorm from scratch, RMSNorm, BatchNorm over tokens
 * :mod:`.feedforward` the position-wise FFN (ReLU, GELU, SwiGLU)
 * :mod:`.positional` sinusoidal, learned, RoPE, ALiBi
 * :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN
 * :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM
-* :mod:`.rnn` the recurrent baseline; :mod:`.cost` FLOP and parameter counts
+* :mod:`.rnn` the recurrent baseline; :mod:`.cost` multiply-accumulate and parameter counts,
+  work and depth levels
 * :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels
 * :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
-* :mod:`.families` encoder-only / decoder-only / encoder-decoder helpers; :mod:`.specialization`
-  heads that specialize; :mod:`.parallel` and :mod:`.profiling` work, depth and cost measurements;
-  :mod:`.forests` the random-forest appendix
-* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`, :mod:`.tasks`, :mod:`.training`
+* :mod:`.tasks` every synthetic data set; :mod:`.toy_models` the small models chapters train (one
+  stem, ``.blocks``); :mod:`.probes` recording attention, head scores, Jacobian dependency maps,
+  gradient norms; :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the
+  random-forest appendix; :mod:`._checks` the input checks every public call runs once
+* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`, :mod:`.training`
 * tooling: :mod:`.notebooks` (chapter pipeline), :mod:`.teaching` (student copies),
   :mod:`.slides`, :mod:`.progress`
 """
 __version__ = "0.1.0"
 
 from .attention import attention_fast, scaled_dot_product_attention
-from .cost import block_flops, cost_table, count_parameters, transformer_parameters
+from .cost import block_flops, block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
 from .layers import DecoderLayer, EncoderLayer
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,
-                    key_padding_to_mask, padding_mask, sliding_window_mask, to_torch_mha_mask)
+                    key_padding_to_mask, padding_mask, prefix_lm_mask, sliding_window_mask, to_torch_mha_mask)
 from .model import Decoder, DecoderOnlyLM, Encoder, Seq2SeqTransformer, Transformer
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, RMSNorm, TokenBatchNorm

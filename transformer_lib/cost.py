@@ -1,6 +1,7 @@
-"""Where the compute goes: a FLOP model of one Transformer block, and parameter counts.
+"""Where the compute goes: a cost model of one Transformer block, work and depth, parameter counts.
 
-Counting multiply-accumulates per block for n tokens of width d and FFN width e*d:
+Counting multiply-accumulates (MACs) per block for n tokens of width d and FFN width e*d
+(:func:`block_macs`; chapter 10):
 
 * attention projections Q, K, V, O:  4 n d^2
 * scores Q K^T and mixing A V:       2 n^2 d
@@ -10,15 +11,25 @@ Attention = projections + scores/mixing. With e = 4 the attention share passes t
 at n = 2d, where 2 n^2 d = 4 n d^2 (for d = 512: n = 1024, a 50/50 split). Multiply by 2 for
 FLOPs (one multiply and one add); shares do not change. Like Kaplan et al. (2020, Table 1) this
 ignores softmax, norms and biases, which are O(n d) or O(n^2 h).
+
+Work and depth (chapter 9). A computation is a list of levels; the products inside one level
+are independent, a level cannot start before the previous one is done. :func:`rnn_levels` and
+:func:`encoder_levels` list the matrix products (in MACs) of one recurrent layer and one encoder
+layer; :func:`schedule_time` is how long a machine with ``lanes`` multiply-add units needs to run
+them level by level (Brent's bound), optionally with a fixed overhead per level. With few lanes
+the total work decides (the RNN does less of it); with many lanes the number of levels decides
+(the RNN has n of them, the Transformer a handful).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch.nn as nn
 
-__all__ = ["BlockCost", "block_flops", "cost_table", "count_parameters", "transformer_parameters",
-           "attention_ffn_crossover"]
+__all__ = ["BlockCost", "block_macs", "block_flops", "cost_table", "count_parameters", "transformer_parameters",
+           "attention_ffn_crossover", "Level", "rnn_levels", "encoder_levels", "schedule_time",
+           "sequential_steps"]
 
 
 @dataclass(frozen=True)
@@ -46,19 +57,31 @@ class BlockCost:
                 "projections": 100 * self.projections / t, "scores": 100 * self.scores / t}
 
 
-def block_flops(n: int, d: int, expansion: float = 4) -> BlockCost:
-    """The cost model of one block at sequence length n and width d."""
-    if n < 1 or d < 1 or expansion <= 0:
-        raise ValueError(f"need n >= 1, d >= 1 and expansion > 0, got n={n}, d={d}, expansion={expansion}")
+def _check_sizes(n: int, d: int, expansion: float = 4, batch: int = 1) -> None:
+    if n < 1 or d < 1 or batch < 1:
+        raise ValueError(f"need n >= 1, d >= 1 and batch >= 1, got n={n}, d={d}, batch={batch}")
+    if expansion <= 0:
+        raise ValueError(f"expansion must be > 0, got {expansion}")
+
+
+def block_macs(n: int, d: int, expansion: float = 4) -> BlockCost:
+    """The cost model of one block at sequence length n and width d, in multiply-accumulates.
+
+    One MAC is one multiply and one add: 2 FLOPs. The shares are the same either way.
+    """
+    _check_sizes(n, d, expansion)
     return BlockCost(n, d, expansion, projections=4 * n * d * d, scores=2 * n * n * d,
                      ffn=2 * n * d * (expansion * d))
+
+
+block_flops = block_macs  # the earlier name; it has always counted MACs (x 2 for FLOPs)
 
 
 def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:
     """Rows {n, attention %, ffn %, ...} for each n: the seed's table at d = 512."""
     rows = []
     for n in ns:
-        c = block_flops(n, d, expansion)
+        c = block_macs(n, d, expansion)
         rows.append({"n": n, **{k: round(v, 2) for k, v in c.shares().items()}})
     return rows
 
@@ -92,3 +115,72 @@ def transformer_parameters(d_model: int = 512, num_heads: int = 8, d_ff: int = 2
               "embeddings": emb}
     counts["total"] = counts["encoder"] + counts["decoder"] + emb
     return counts
+
+
+# -- work and depth (chapter 9) ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a computation: ``macs`` multiply-accumulates that may all run at once."""
+    name: str
+    macs: int
+
+
+def rnn_levels(n: int, d: int, batch: int = 1) -> list[Level]:
+    """Levels of one Elman RNN layer (input and hidden width d) over n tokens.
+
+    The input projection x_t W_ih of all n tokens has no dependency between steps: one level.
+    Then come n levels of h_{t-1} W_hh, each waiting for the one before. (Adds and tanh are
+    element-wise, cheap next to the products, and left out as in :func:`block_macs`.)
+    """
+    _check_sizes(n, d, batch=batch)
+    return [Level("input projection (all steps)", n * batch * d * d)] + \
+        [Level(f"step {t + 1}: h W_hh", batch * d * d) for t in range(n)]
+
+
+def encoder_levels(n: int, d: int, batch: int = 1, expansion: float = 4) -> list[Level]:
+    """Levels of one Transformer encoder layer over n tokens (the products of :func:`block_macs`).
+
+    Q, K and V are independent of each other, so their projections form one level.
+    """
+    _check_sizes(n, d, expansion, batch)
+    e = int(round(expansion * d))
+    return [Level("Q, K, V projections", 3 * batch * n * d * d),
+            Level("scores Q K^T", batch * n * n * d),
+            Level("mixing A V", batch * n * n * d),
+            Level("output projection", batch * n * d * d),
+            Level("FFN expand", batch * n * d * e),
+            Level("FFN contract", batch * n * e * d)]
+
+
+def schedule_time(levels: list[Level], lanes: float, overhead: float = 0) -> float:
+    """Time to run ``levels`` one after another on ``lanes`` multiply-add units, in ticks.
+
+    A tick is the time one lane takes for one multiply-add. Each level takes
+    ceil(macs / lanes) ticks plus ``overhead``: the fixed cost of starting a dependent step
+    (launching a kernel, synchronizing, waiting for the previous result), which does not shrink
+    with more lanes. With 1 lane and no overhead the time is the total work; with unlimited lanes
+    it is the number of levels times (1 + overhead), the depth.
+    """
+    if not lanes >= 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
+    if not overhead >= 0:
+        raise ValueError(f"overhead must be >= 0, got {overhead}")
+    return sum(math.ceil(level.macs / lanes) + overhead for level in levels)
+
+
+def sequential_steps(model: str, n: int, num_layers: int = 1) -> int:
+    """Dependent matrix-product levels to process n tokens with ``num_layers`` layers.
+
+    * Transformer: 6 levels per layer (:func:`encoder_levels`), whatever n is.
+    * RNN: one level for the first layer's input projection, then a wavefront: cell (layer l,
+      step t) needs (l - 1, t) and (l, t - 1), so it can run at wave l + t - 1, and the last cell
+      finishes at wave n + num_layers - 1. Stacking RNN layers adds to n; it does not multiply it.
+    """
+    if n < 1 or num_layers < 1:
+        raise ValueError(f"need n >= 1 and num_layers >= 1, got n={n}, num_layers={num_layers}")
+    if model == "rnn":
+        return 1 + n + num_layers - 1
+    if model == "transformer":
+        return num_layers * len(encoder_levels(n, 1))
+    raise ValueError(f"model must be 'rnn' or 'transformer', got {model!r}")

@@ -47,6 +47,14 @@ class FeedForward(nn.Module):
             return F.gelu(h)
         return F.silu(h) * self.linear3(x)
 
+    @torch.no_grad()
+    def switch_off(self) -> None:
+        """Output zero forever: W_2 (and b_2) set to zero and every parameter frozen (chapter 6)."""
+        nn.init.zeros_(self.linear2.weight)
+        if self.linear2.bias is not None:
+            nn.init.zeros_(self.linear2.bias)
+        self.requires_grad_(False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_model:
             raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")

@@ -8,6 +8,9 @@ connection and a LayerNorm. Two placements of the norm are supported:
 
 Pre-LN keeps an identity path from the input to the output of the whole stack, which is why it
 trains stably without learning-rate warmup (Xiong et al. 2020); the layer-norm chapter measures it.
+
+Layers keep no attention weights of their own: run a model inside
+:func:`transformer_lib.probes.record_attention` (``weights=True``) to look at them.
 """
 from __future__ import annotations
 
@@ -38,8 +41,23 @@ def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
             dst.bias.copy_(src.bias)
 
 
-def _copy_norm(src: nn.LayerNorm) -> LayerNorm:
-    return LayerNorm.from_torch(src)
+def _from_torch(cls, layer: nn.Module, attention_names: tuple[str, ...], norm_names: tuple[str, ...]):
+    """Copy a ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` into ``cls``.
+
+    ``attention_names`` pairs our attention modules with torch's in order (``self_attn``, then
+    torch's ``multihead_attn`` as our ``cross_attn``); ``norm_names`` are the norms to copy.
+    """
+    sa = layer.self_attn
+    ours = cls(sa.embed_dim, sa.num_heads, layer.linear1.out_features, dropout=layer.dropout.p,
+               activation=_torch_activation_name(layer), norm_first=layer.norm_first,
+               bias=sa.in_proj_bias is not None)
+    for ours_name, torch_name in zip(("self_attn", "cross_attn"), attention_names):
+        setattr(ours, ours_name, MultiHeadAttention.from_torch(getattr(layer, torch_name)))
+    _copy_linear(ours.ffn.linear1, layer.linear1)
+    _copy_linear(ours.ffn.linear2, layer.linear2)
+    for name in norm_names:
+        setattr(ours, name, LayerNorm.from_torch(getattr(layer, name)))
+    return ours.to(layer.linear1.weight.device)
 
 
 class EncoderLayer(nn.Module):
@@ -47,12 +65,14 @@ class EncoderLayer(nn.Module):
 
     ``layer(x, mask=None)`` with x (B, L, d_model) and a boolean mask (True = may attend)
     broadcastable to (B, H, L, L). Also the block of a decoder-only model when given a causal mask.
-    Set ``keep_weights = True`` to store the last attention weights in ``self.attn_weights``.
+    ``ffn=False`` builds the FFN as usual (same initial weights for everything else) and then
+    switches it off for good: its output matrix is zero and frozen, so the block is attention +
+    residual + norm only (chapter 6's attention-only control).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, norm: str = "layer",
-                 eps: float = 1e-5, rotary: nn.Module | None = None, bias: bool = True):
+                 eps: float = 1e-5, rotary: nn.Module | None = None, bias: bool = True, ffn: bool = True):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout, rotary=rotary)
@@ -61,14 +81,11 @@ class EncoderLayer(nn.Module):
         self.norm2 = make_norm(norm, d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.keep_weights = False
-        self.attn_weights: torch.Tensor | None = None
+        if not ffn:
+            self.ffn.switch_off()
 
     def _sa(self, x, mask, bias):
-        out, w = self.self_attn(x, mask=mask, need_weights=self.keep_weights, bias=bias)
-        if self.keep_weights:
-            self.attn_weights = w.detach()
-        return self.dropout1(out)
+        return self.dropout1(self.self_attn(x, mask=mask, bias=bias)[0])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -83,15 +100,7 @@ class EncoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
         """Copy a ``torch.nn.TransformerEncoderLayer`` (any batch_first / norm_first, relu or gelu)."""
-        sa = layer.self_attn
-        ours = cls(sa.embed_dim, sa.num_heads, layer.linear1.out_features, dropout=layer.dropout.p,
-                   activation=_torch_activation_name(layer), norm_first=layer.norm_first,
-                   bias=sa.in_proj_bias is not None)
-        ours.self_attn = MultiHeadAttention.from_torch(sa)
-        _copy_linear(ours.ffn.linear1, layer.linear1)
-        _copy_linear(ours.ffn.linear2, layer.linear2)
-        ours.norm1, ours.norm2 = _copy_norm(layer.norm1), _copy_norm(layer.norm2)
-        return ours.to(layer.linear1.weight.device)
+        return _from_torch(cls, layer, ("self_attn",), ("norm1", "norm2"))
 
 
 class DecoderLayer(nn.Module):
@@ -114,21 +123,12 @@ class DecoderLayer(nn.Module):
         self.norm2 = make_norm(norm, d_model, eps)
         self.norm3 = make_norm(norm, d_model, eps)
         self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in range(3))
-        self.keep_weights = False
-        self.self_weights: torch.Tensor | None = None
-        self.cross_weights: torch.Tensor | None = None
 
     def _sa(self, x, mask):
-        out, w = self.self_attn(x, mask=mask, need_weights=self.keep_weights)
-        if self.keep_weights:
-            self.self_weights = w.detach()
-        return self.dropout1(out)
+        return self.dropout1(self.self_attn(x, mask=mask)[0])
 
     def _ca(self, x, memory, mask):
-        out, w = self.cross_attn(x, memory, memory, mask=mask, need_weights=self.keep_weights)
-        if self.keep_weights:
-            self.cross_weights = w.detach()
-        return self.dropout2(out)
+        return self.dropout2(self.cross_attn(x, memory, memory, mask=mask)[0])
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,13 +147,4 @@ class DecoderLayer(nn.Module):
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
         """Copy a ``torch.nn.TransformerDecoderLayer``."""
-        sa = layer.self_attn
-        ours = cls(sa.embed_dim, sa.num_heads, layer.linear1.out_features, dropout=layer.dropout.p,
-                   activation=_torch_activation_name(layer), norm_first=layer.norm_first,
-                   bias=sa.in_proj_bias is not None)
-        ours.self_attn = MultiHeadAttention.from_torch(sa)
-        ours.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
-        _copy_linear(ours.ffn.linear1, layer.linear1)
-        _copy_linear(ours.ffn.linear2, layer.linear2)
-        ours.norm1, ours.norm2, ours.norm3 = (_copy_norm(n) for n in (layer.norm1, layer.norm2, layer.norm3))
-        return ours.to(layer.linear1.weight.device)
+        return _from_torch(cls, layer, ("self_attn", "multihead_attn"), ("norm1", "norm2", "norm3"))

@@ -86,6 +86,11 @@ class Transformer(nn.Module):
         memory = self.encoder(src, src_mask)
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """Every block, the encoder's first: ``[*encoder.layers, *decoder.layers]``."""
+        return [*self.encoder.layers, *self.decoder.layers]
+
     @classmethod
     def from_torch(cls, model: nn.Transformer) -> "Transformer":
         """Copy a ``torch.nn.Transformer`` (its encoder and decoder each end with a LayerNorm)."""
@@ -160,10 +165,10 @@ class Seq2SeqTransformer(nn.Module):
             ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
         return ys[:, 1:]
 
-    def keep_attention_weights(self, flag: bool = True) -> None:
-        """Make every layer store its last attention weights (for plotting)."""
-        for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
-            layer.keep_weights = flag
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """Every block of the model, the encoder's first (the name all models use for their stack)."""
+        return self.transformer.blocks
 
 
 class DecoderOnlyLM(nn.Module):
@@ -172,6 +177,8 @@ class DecoderOnlyLM(nn.Module):
 
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
     'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens)`` -> logits (B, L, V).
+    ``ffn=False`` switches every block's FFN off (attention-only blocks, chapter 6; see
+    :class:`~transformer_lib.layers.EncoderLayer`).
 
     ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
     weight from N(0, init_std^2) and zeroes the biases, as GPT-2 does with 0.02. It matters with a
@@ -182,7 +189,8 @@ class DecoderOnlyLM(nn.Module):
     def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
                  positional: str = "learned", norm: str = "layer", activation: str = "gelu",
-                 norm_first: bool = True, tie_weights: bool = True, init_std: float | None = None):
+                 norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
+                 init_std: float | None = None):
         super().__init__()
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
@@ -196,8 +204,8 @@ class DecoderOnlyLM(nn.Module):
             self.pos = LearnedPositionalEmbedding(max_len, d_model, dropout)
         rotary = RotaryEmbedding(d_model // num_heads) if positional == "rope" else None
         self.blocks = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, rotary=rotary)
-            for _ in range(num_layers))
+            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, rotary=rotary,
+                         ffn=ffn) for _ in range(num_layers))
         self.norm = make_norm(norm, d_model) if norm_first else None
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_weights:
@@ -229,7 +237,3 @@ class DecoderOnlyLM(nn.Module):
             next_token = self(tokens)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             tokens = torch.cat([tokens, next_token], dim=1)
         return tokens
-
-    def keep_attention_weights(self, flag: bool = True) -> None:
-        for block in self.blocks:
-            block.keep_weights = flag

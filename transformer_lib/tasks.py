@@ -1,15 +1,26 @@
-"""Small synthetic data sets, generated on the fly (nothing is downloaded).
+"""Small synthetic data sets, generated on the fly (nothing is downloaded): every task of the book.
 
-Token conventions shared by all tasks: ``PAD = 0``, ``BOS = 1``, ``EOS = 2``; content tokens
-are ``FIRST_TOKEN .. vocab_size - 1``. Every function takes a ``torch.Generator`` so batches are
-reproducible.
+Token conventions shared by the sequence-to-sequence tasks: ``PAD = 0``, ``BOS = 1``,
+``EOS = 2``; content tokens are ``FIRST_TOKEN .. vocab_size - 1``. Every function takes a
+``torch.Generator`` so batches are reproducible.
+
+* copy, reversal, sorting (chapters 4, 12), recall-first (chapter 9);
+* running sums and prompts for a decoder-only model (chapter 13);
+* the three lookups of the multi-head chapter (3): at every position report the previous token,
+  the first token and the running maximum. Each answer sits at a different key (one position
+  back, always position 0, wherever the maximum is), and one softmax row cannot point at three
+  places at once: a small laboratory in which heads specialize. These tokens are plain
+  ``0 .. vocab_size - 1`` (the task needs no PAD/BOS/EOS).
 """
 from __future__ import annotations
 
 import torch
 
+from ._checks import check_int, check_positive, check_tokens
+
 __all__ = ["PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "sorting_batch",
-           "copy_batch", "shift_right", "recall_first_batch"]
+           "copy_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
+           "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_TOKEN = 3
@@ -58,3 +69,76 @@ def recall_first_batch(batch_size: int, length: int, vocab_size: int, num_classe
     label = torch.randint(0, num_classes, (batch_size,), generator=generator)
     tokens[:, 0] = FIRST_TOKEN + label
     return tokens, label
+
+
+def running_sum_batch(batch_size: int, length: int, generator: torch.Generator | None = None,
+                      base: int = 10):
+    """(src, target): src is ``length`` random digits, target_t = (src_0 + ... + src_t) mod ``base``.
+
+    Both use the token ids ``FIRST_TOKEN + digit`` (vocabulary ``FIRST_TOKEN + base``). Unlike
+    reversal, the natural solution needs the decoder's *own* previous output:
+    target_t = target_{t-1} + src_t, so an early mistake carries into every later position when
+    the model generates freely.
+    """
+    check_positive("batch_size", batch_size)
+    check_positive("length", length)
+    check_int("base", base, 2)
+    digits = torch.randint(0, base, (batch_size, length), generator=generator)  # (B, L)
+    sums = digits.cumsum(dim=1) % base  # (B, L)
+    return digits + FIRST_TOKEN, sums + FIRST_TOKEN
+
+
+def prompt_batch(src: torch.Tensor, target: torch.Tensor, sep: int = EOS) -> torch.Tensor:
+    """One sequence per example for a decoder-only model: ``src, sep, target`` (B, L_s + 1 + L_t).
+
+    A decoder-only model has no second input, so a sequence-to-sequence task is written as a
+    prompt (the source and a separator) followed by the answer; the model is trained to predict
+    the answer tokens and, at test time, continues the prompt.
+    """
+    if src.dim() != 2 or target.dim() != 2 or src.shape[0] != target.shape[0]:
+        raise ValueError(f"src and target must be (B, L) with the same B, got {tuple(src.shape)} "
+                         f"and {tuple(target.shape)}")
+    separator = torch.full_like(src[:, :1], sep)  # (B, 1)
+    return torch.cat([src, separator, target], dim=1)  # (B, L_s + 1 + L_t)
+
+
+# -- three lookups (chapter 3) --------------------------------------------------------------------
+
+LOOKUP_TASKS = ("previous", "first", "max")
+
+
+def three_lookups_batch(batch_size: int, length: int, vocab_size: int,
+                        generator: torch.Generator | None = None):
+    """Tokens (B, L) and the three targets ``{task: (B, L)}``: previous, first and max token so far.
+
+    ``previous`` uses the extra class ``vocab_size`` at t = 0, where there is no previous token.
+    """
+    check_positive("batch_size", batch_size)
+    check_int("length", length, 2)
+    check_int("vocab_size", vocab_size, 2)
+    tokens = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, L)
+    none = torch.full((batch_size, 1), vocab_size)  # (B, 1) "no previous token"
+    targets = {
+        "previous": torch.cat([none, tokens[:, :-1]], dim=1),  # (B, L)
+        "first": tokens[:, :1].expand(batch_size, length).clone(),  # (B, 1) -> (B, L)
+        "max": tokens.cummax(dim=1).values,  # (B, L)
+    }
+    return tokens, targets
+
+
+def answer_keys(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """For each lookup task, a boolean (B, L, L): ``[b, i, j]`` is True when key j holds query i's answer.
+
+    ``max`` marks every earlier position that holds the running maximum (ties all count).
+    """
+    check_tokens(tokens)
+    B, L = tokens.shape
+    i = torch.arange(L, device=tokens.device)[:, None]  # (L, 1) query index
+    j = torch.arange(L, device=tokens.device)[None, :]  # (1, L) key index
+    running_max = tokens.cummax(dim=1).values  # (B, L)
+    holds_max = tokens[:, None, :] == running_max[:, :, None]  # (B, L_q, L_k)
+    return {
+        "previous": (j == i - 1).expand(B, L, L),
+        "first": (j == 0).expand(B, L, L),
+        "max": holds_max & (j <= i),
+    }

@@ -1,7 +1,7 @@
 """Chapter 9 (RNN vs Transformer) exercises."""
 import torch
 
-from ..parallel import Level, encoder_levels, rnn_levels, schedule_time, sequential_steps
+from ..cost import Level, encoder_levels, rnn_levels, schedule_time, sequential_steps
 from ..rnn import ElmanRNN
 from ._core import NotYet, compare_arrays, exercise
 

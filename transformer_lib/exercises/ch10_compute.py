@@ -1,8 +1,9 @@
 """Chapter 10 (Where the compute goes) exercises."""
 import torch
 
-from ..cost import attention_ffn_crossover, block_flops
+from ..cost import attention_ffn_crossover, block_macs
 from ..layers import EncoderLayer
+from ..probes import record_attention
 from ..profiling import count_flops
 from ._core import NotYet, compare_value, exercise
 
@@ -33,12 +34,12 @@ def _share_one_ffn_matrix(n, d, expansion):
           hint="attention = 4 n d^2 (Q, K, V and output projections) + 2 n^2 d (Q K^T and A V); "
                "FFN = 2 n d (expansion d); return 100 * attention / (attention + FFN)",
           wrong_answers=lambda: [_share_without_output_projection, _share_scores_only, _share_one_ffn_matrix,
-                                 lambda n, d, e: block_flops(n, d, e).shares()["ffn"]])  # the FFN's share
+                                 lambda n, d, e: block_macs(n, d, e).shares()["ffn"]])  # the FFN's share
 def _check_share(answer):
     cases = [(64, 512, 4), (1024, 512, 4), (4096, 512, 4), (300, 768, 4), (256, 512, 1), (100, 64, 8)]
     for n, d, e in cases:
         got = _number(answer(n, d, e), "the share")
-        expected = block_flops(n, d, e).shares()["attention"]
+        expected = block_macs(n, d, e).shares()["attention"]
         if abs(got - expected) > 1e-6 * max(1.0, abs(expected)):
             raise NotYet(f"the attention share for n={n}, d={d}, expansion={e} is too "
                          f"{'high' if got > expected else 'low'} (answer in percent, 0 to 100)")
@@ -61,8 +62,9 @@ def _check_crossover(answer):
 def _measured_layer_flops(batch, n, d, d_ff, heads=4):
     torch.manual_seed(0)
     layer = EncoderLayer(d, heads, d_ff).eval()
-    layer.keep_weights = True  # explicit matmuls for QK^T and AV, so the counter sees them
-    return count_flops(layer, torch.randn(batch, n, d)).total
+    x = torch.randn(batch, n, d)
+    with record_attention(layer, weights=True):  # the readable path: explicit QK^T and AV the counter sees
+        return count_flops(layer, x).total
 
 
 @exercise("compute.layer_flops",

@@ -2,7 +2,7 @@
 
 The references are the library's own: :class:`~transformer_lib.model.Seq2SeqTransformer`'s
 forward pass and ``greedy_decode``, :func:`~transformer_lib.tasks.shift_right`,
-:func:`~transformer_lib.families.prefix_lm_mask` and ``count_parameters`` of the two layer classes.
+:func:`~transformer_lib.masks.prefix_lm_mask` and ``count_parameters`` of the two layer classes.
 """
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from ..cost import count_parameters
-from ..families import prefix_lm_mask
 from ..layers import DecoderLayer, EncoderLayer
-from ..masks import causal_mask
+from ..masks import causal_mask, prefix_lm_mask
 from ..model import Seq2SeqTransformer
 from ..tasks import BOS, shift_right
 from ._core import NotYet, compare_arrays, compare_function, compare_value, exercise

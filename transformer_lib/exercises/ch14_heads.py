@@ -6,7 +6,8 @@ weights, so they run in milliseconds and do not need the weights package.
 import torch
 
 from ..layers import EncoderLayer
-from ..pretrained import cosine_matrix, diagonal_score, mean_pool
+from ..pretrained import cosine_matrix, mean_pool
+from ..probes import diagonal_score
 from ._core import NotYet, compare_arrays, compare_function, exercise
 
 

@@ -8,6 +8,5 @@ PyPI packages (nothing is downloaded at run time).
 import importlib.util  # noqa: F401  (tests hide packages through pretrained.importlib.util)
 
 from .minilm import (INSTALL_HINT, MINILM_PACKAGE, BertEmbeddings, BertEncoder, MiniLMConfig,
-                     PretrainedEncoder, bert_name_map, column_score, cosine_matrix, diagonal_score,
-                     head_pattern_scores, load_minilm, mean_pool, minilm_dir)
+                     PretrainedEncoder, bert_name_map, cosine_matrix, load_minilm, mean_pool, minilm_dir)
 from .smollm2 import SMOLLM2_INSTALL_HINT, load_smollm2_tokenizer, smollm2_gguf_path

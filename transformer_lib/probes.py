@@ -1,0 +1,264 @@
+"""Probes: measure what a model does, from the outside, without changing it.
+
+Every probe works on any model built from the library's modules, so each chapter reads its
+tables and figures from what the modules did rather than from numbers typed by hand.
+
+* :func:`record_attention` (chapters 3, 4, 12, 13): a context manager that hooks every
+  :class:`~transformer_lib.multihead.MultiHeadAttention` inside a model and records, per call,
+  the query, key and value it received, its mask and, with ``weights=True``, its attention
+  weights. This is the library's one way to look at attention weights: no layer or model keeps
+  a copy of its own. :func:`mask_kind` names a recorded mask.
+* Head scores: :func:`head_scores` (chapter 3: how much weight each head puts on the answer of
+  each of the three lookups), :func:`diagonal_score`, :func:`column_score` and
+  :func:`head_pattern_scores` (chapters 2, 14: previous / next / same token, [CLS], [SEP]).
+* :func:`dependency_map` (chapter 13): the largest Jacobian entry between every output and
+  input position, the dependencies a model *actually* has, to compare with its mask.
+* :func:`input_gradient_norms` (chapter 9): how much of the loss's gradient reaches each input
+  position, the path-length argument for attention over recurrence.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_int, check_square_maps
+from .masks import causal_mask, prefix_lm_mask
+from .multihead import MultiHeadAttention
+from .tasks import LOOKUP_TASKS, answer_keys
+
+__all__ = ["AttentionCall", "record_attention", "mask_kind", "head_scores", "diagonal_score",
+           "column_score", "head_pattern_scores", "dependency_map", "input_gradient_norms"]
+
+
+# -- recording what every attention module did ------------------------------------------------------
+
+def _as_3d_mask(mask: torch.Tensor | None, B: int, L_q: int, L_k: int) -> torch.Tensor:
+    """The (B, L_q, L_k) mask of every sequence (first head); ``None`` means all True."""
+    if mask is None:
+        return torch.ones(B, L_q, L_k, dtype=torch.bool)
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, L_q|1, L_k)
+    return m.expand(B, m.shape[1], L_q, L_k)[:, 0].detach().cpu().clone()  # (B, L_q, L_k)
+
+
+@dataclass
+class AttentionCall:
+    """One call of a :class:`MultiHeadAttention` during a recorded forward pass.
+
+    ``query`` (B, L_q, D), ``key`` and ``value`` (B, L_k, D) are the tensors the module received
+    (detached); ``masks`` (B, L_q, L_k) is the boolean mask each sequence got (``None`` is
+    recorded as all True, with ``mask_given = False``) and ``mask`` the first sequence's.
+    ``weights`` (B, H, L_q, L_k) are the attention weights, when recorded with ``weights=True``.
+    """
+    name: str
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    masks: torch.Tensor
+    mask_given: bool
+    is_self: bool
+    weights: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(L_q, L_k): the mask of the first sequence of the batch."""
+        return self.masks[0]
+
+    @property
+    def kind(self) -> str:
+        """'self' when keys and values are the query tensor itself, else 'cross'."""
+        return "self" if self.is_self else "cross"
+
+    @property
+    def mask_kind(self) -> str:
+        """The kind of mask (see :func:`mask_kind`); padding in any sequence of the batch counts."""
+        kinds = {mask_kind(m) for m in self.masks}
+        if len(kinds) > 1:
+            kinds.discard("full")
+        if {"causal", "causal + padding"} <= kinds:
+            kinds.discard("causal")
+        return " / ".join(sorted(kinds))
+
+    @property
+    def shapes(self) -> str:
+        L_q, L_k = self.mask.shape
+        return f"{L_q} x {L_k}"
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[AttentionCall]]:
+    """Record every :class:`MultiHeadAttention` call inside the ``with`` block.
+
+    Usage::
+
+        with record_attention(model, weights=True) as calls:
+            model(src, tgt_in)
+        [(c.name, c.kind, c.mask_kind, c.shapes, c.weights.shape) for c in calls]
+
+    A call counts as self-attention when its key and value are the query tensor itself (the
+    module was called with one sequence), as cross-attention when they are another tensor.
+    ``weights=True`` makes every call return and record its weights (B, H, L_q, L_k): it
+    switches the modules to the readable path, which materializes them (the fused fast path
+    never does). With ``weights=False`` the model computes exactly what it computes unrecorded.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"expected an nn.Module, got {type(model).__name__}")
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+    if not modules:
+        raise ValueError(f"{type(model).__name__} contains no MultiHeadAttention module to record")
+    calls: list[AttentionCall] = []
+    signature = inspect.signature(MultiHeadAttention.forward)
+
+    def ask_for_weights(module, args, kwargs):
+        bound = signature.bind(module, *args, **kwargs)
+        bound.arguments["need_weights"] = True
+        return bound.args[1:], bound.kwargs  # without ``self``
+
+    def hook_for(name: str) -> Callable:
+        def hook(module, args, kwargs, output):
+            bound = signature.bind(module, *args, **kwargs)
+            bound.apply_defaults()
+            q, k, v, mask = (bound.arguments[n] for n in ("query", "key", "value", "mask"))
+            k = q if k is None else k
+            v = k if v is None else v
+            w = output[1].detach() if weights else None  # (B, H, L_q, L_k)
+            calls.append(AttentionCall(name, q.detach(), k.detach(), v.detach(),
+                                       _as_3d_mask(mask, q.shape[0], q.shape[1], k.shape[1]), mask is not None,
+                                       is_self=(k is q and v is q), weights=w))
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(name), with_kwargs=True) for name, m in modules]
+    if weights:
+        handles += [m.register_forward_pre_hook(ask_for_weights, with_kwargs=True) for _, m in modules]
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def mask_kind(mask: torch.Tensor | None) -> str:
+    """Name a 2-D boolean mask: 'full', 'causal', 'prefix LM (k)', 'padding', 'causal + padding'
+    or 'custom'. ``None`` is 'full' (nothing blocked)."""
+    if mask is None:
+        return "full"
+    if mask.dim() != 2 or mask.dtype != torch.bool:
+        raise ValueError(f"expected a 2-D boolean mask (L_q, L_k), got shape {tuple(mask.shape)}, "
+                         f"dtype {mask.dtype}")
+    mask = mask.cpu()
+    L_q, L_k = mask.shape
+    if mask.all():
+        return "full"
+    causal = causal_mask(L_q, L_k)
+    if torch.equal(mask, causal):
+        return "causal"
+    same_rows = bool((mask == mask[:1]).all())  # every query sees the same keys: padding only
+    if same_rows:
+        return "padding"
+    columns = mask.any(dim=0, keepdim=True)  # (1, L_k) keys that anyone may see
+    if torch.equal(mask, causal & columns):
+        return "causal + padding"
+    if L_q == L_k:
+        for k in range(1, L_q):
+            if torch.equal(mask, prefix_lm_mask(k, L_q)):
+                return f"prefix LM ({k})"
+    return "custom"
+
+
+# -- head scores ------------------------------------------------------------------------------------
+# Scores that turn a head's (L, L) weight map into one number, so that all heads can be ranked
+# instead of hand-picked. A head that spreads its weight evenly scores about 1/L on each.
+
+def head_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """How much each head looks at each lookup task's answer (chapter 3): ``{task: (H,)}``.
+
+    The score is the attention weight a head puts on the answer keys of :func:`answer_keys`,
+    averaged over queries ``t >= 1`` and the batch (at t = 0 a causal head can only look at key 0,
+    which would flatter every head). A head that does one lookup perfectly scores 1.0 on it.
+    """
+    if weights.dim() != 4:
+        raise ValueError(f"weights must be (B, H, L, L), got shape {tuple(weights.shape)}")
+    B, H, L, L_k = weights.shape
+    if tokens.shape != (B, L) or L_k != L:
+        raise ValueError(f"weights {tuple(weights.shape)} and tokens {tuple(tokens.shape)} do not match")
+    keys = answer_keys(tokens)
+    return {task: (weights * keys[task][:, None].to(weights.dtype)).sum(-1)[:, :, 1:].mean(dim=(0, 2))
+            for task in LOOKUP_TASKS}  # (B, H, L_q) -> (H,)
+
+
+def diagonal_score(weights: torch.Tensor, offset: int = -1) -> torch.Tensor:
+    """Mean weight on the diagonal ``j = i + offset``: (..., L, L) -> (...).
+
+    ``offset=-1`` scores a previous-token head (query i looks at key i-1), ``+1`` a next-token
+    head, ``0`` a head that looks at itself. The mean runs over the L - |offset| queries that
+    have such a key.
+    """
+    L = check_square_maps(weights)
+    check_int("offset", offset, 1 - L, L - 1)
+    return torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1).mean(dim=-1)  # (..., L - |offset|) -> (...)
+
+
+def column_score(weights: torch.Tensor, key: int) -> torch.Tensor:
+    """Mean weight that all queries put on one key position: (..., L, L) -> (...).
+
+    ``key=0`` measures attention to [CLS], ``key=-1`` to the final [SEP].
+    """
+    L = check_square_maps(weights)
+    check_int("key", key, -L, L - 1)
+    return weights[..., :, key].mean(dim=-1)  # (..., L_q) -> (...)
+
+
+def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every named score of :func:`diagonal_score` / :func:`column_score` for (..., L, L) maps."""
+    return {"previous token": diagonal_score(weights, -1), "next token": diagonal_score(weights, 1),
+            "same token": diagonal_score(weights, 0), "[CLS]": column_score(weights, 0),
+            "[SEP]": column_score(weights, -1)}
+
+
+# -- measured dependencies and gradients --------------------------------------------------------------
+
+def dependency_map(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """(L_out, L_in) largest |d fn(x)[t, :] / d x[s, :]| over all feature pairs, for one sequence.
+
+    ``x`` is (L_in, D) (one sequence, no batch axis); ``fn`` maps it to (L_out, D_out). An entry
+    is exactly 0 when output position t cannot depend on input position s: for a causal model
+    that is every s > t. Computed from the exact Jacobian (``torch.autograd.functional``), so a
+    LayerNorm whose outputs sum to a constant cannot hide a dependency. ``vectorize=True`` computes
+    all rows of the Jacobian in one batched backward pass (about 40x faster than a loop).
+    """
+    if x.dim() != 2:
+        raise ValueError(f"x must be one sequence (L_in, D), got shape {tuple(x.shape)}")
+    jac = torch.autograd.functional.jacobian(fn, x.detach(), vectorize=True)  # (L_out, D_out, L_in, D)
+    if jac.dim() != 4:
+        raise ValueError(f"fn must return (L_out, D_out), got a Jacobian of shape {tuple(jac.shape)}")
+    return jac.abs().amax(dim=(1, 3))  # (L_out, L_in)
+
+
+def input_gradient_norms(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(L,) mean over the batch of ||d loss / d e_t||, e_t the token embedding at position t.
+
+    ``model`` needs an ``embed`` module (as both classifiers have); the loss is the
+    cross-entropy of ``model(tokens)`` against ``labels``. Parameter gradients are left untouched.
+    """
+    if not isinstance(getattr(model, "embed", None), nn.Module):
+        raise ValueError("model must have an `embed` module whose output is the token embeddings")
+    if tokens.dim() != 2 or labels.shape != tokens.shape[:1]:
+        raise ValueError(f"need tokens (B, L) and labels (B,), got {tuple(tokens.shape)} and {tuple(labels.shape)}")
+    captured = {}
+
+    def keep(module, inputs, output):
+        captured["e"] = output  # (B, L, D)
+        return output
+
+    handle = model.embed.register_forward_hook(keep)
+    try:
+        loss = F.cross_entropy(model(tokens), labels)
+    finally:
+        handle.remove()
+    (grad,) = torch.autograd.grad(loss, captured["e"])  # (B, L, D)
+    return grad.norm(dim=-1).mean(dim=0).detach()  # (L,)
