@@ -1,10 +1,13 @@
 """Chapter 5 (positional encoding) exercises: decoding a position, RoPE, RoPE scores from offsets, ALiBi."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from ..positional import alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding
-from ._core import NotYet, compare_function, exercise
+from ._core import NotYet, compare_function, exercise, to_numpy
 
 
 # -- 1. every position has its own fingerprint -------------------------------------------------
@@ -24,22 +27,45 @@ def _decode_off_by_one(vectors, max_len):
     return _decode_reference(vectors, max_len) + 1
 
 
+def _decode_farthest(vectors, max_len):  # argmax of the distance: the farthest row
+    table = sinusoidal_encoding(max_len, vectors.shape[-1])
+    return torch.cdist(vectors.float(), table).argmax(dim=-1)
+
+
+def _decode_wrong_axis(vectors, max_len):  # argmin over the vectors instead of over the table
+    table = sinusoidal_encoding(max_len, vectors.shape[-1])
+    return torch.cdist(vectors.float(), table).argmin(dim=0)
+
+
+def _decode_by_dot_product(vectors, max_len):
+    """A right answer: every row of the table has the same norm, so the largest dot product is the nearest row."""
+    table = sinusoidal_encoding(max_len, vectors.shape[-1])  # (max_len, d)
+    return (vectors @ table.T).argmax(dim=-1)  # (N,)
+
+
+def _decode_numpy_loop(vectors, max_len):
+    """A right answer with NumPy and a loop over the vectors, returned as a list of ints."""
+    table = sinusoidal_encoding(max_len, vectors.shape[-1]).numpy()  # (max_len, d)
+    return [int(np.argmin(((table - v) ** 2).sum(axis=1))) for v in vectors.numpy()]
+
+
 @exercise("positional.decode_position",
           hint="compare each vector with every row of tl.sinusoidal_encoding(max_len, d) and return "
                "the index of the closest row (torch.cdist, then argmin)",
           wrong_answers=lambda: [_decode_first_pair_only, _decode_off_by_one,
-                                 lambda v, m: torch.zeros(v.shape[0], dtype=torch.long)])
+                                 lambda v, m: torch.zeros(v.shape[0], dtype=torch.long),
+                                 _decode_farthest, _decode_wrong_axis],
+          solution=lambda: _decode_reference,
+          alternative_answers=lambda: [_decode_by_dot_product, _decode_numpy_loop])
 def _check_decode(answer):
     g = torch.Generator().manual_seed(3)
     for max_len, d in [(20, 8), (100, 16), (500, 64)]:
         positions = torch.randint(0, max_len, (12,), generator=g)
         noisy = sinusoidal_encoding(max_len, d)[positions] + 0.02 * torch.randn(12, d, generator=g)
-        got = answer(noisy, max_len)
-        if not isinstance(got, torch.Tensor):
-            raise NotYet(f"return a tensor of positions, got {type(got).__name__}")
+        got = to_numpy(answer(noisy, max_len), "your positions")
         if tuple(got.shape) != (12,):
             raise NotYet(f"12 vectors in should give 12 positions out, got shape {tuple(got.shape)}")
-        wrong = int((got.long() != positions).sum())
+        wrong = int((got != positions.numpy()).sum())
         if wrong:
             raise NotYet(f"{wrong} of 12 positions decoded wrongly for max_len={max_len}, d_model={d}")
     return "every noisy vector was traced back to its position."
@@ -59,10 +85,44 @@ def _rope_wrong_direction(x, positions):
     return apply_rotary(x, -positions)
 
 
+def _rope_frequency_without_2(x, positions):  # theta_i = 10000^(-i/d): the pairs turn too slowly
+    d = x.shape[-1]
+    inv_freq = 10000 ** (-torch.arange(d // 2, dtype=torch.float32) / d)  # (d/2,)
+    ang = positions.float()[:, None] * inv_freq  # (L, d/2)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.stack([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+    return out.flatten(-2)
+
+
+def _rope_complex(x, positions):
+    """A right answer: each pair (a, b) is the complex number a + ib, rotated by multiplying with e^(i angle)."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    rot = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
+                      positions.double()[:, None] * theta)  # (L, d/2) complex
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())  # (..., L, d/2)
+    return torch.view_as_real(z * rot).flatten(-2)  # (..., L, d)
+
+
+def _rope_loops(x, positions):
+    """A right answer with a loop over the pairs, each turned by a 2 x 2 rotation matrix."""
+    d = x.shape[-1]
+    out = torch.empty_like(x)
+    for i in range(d // 2):
+        angle = positions.double() * 10000.0 ** (-2 * i / d)  # (L,)
+        c, s = angle.cos().float(), angle.sin().float()
+        a, b = x[..., 2 * i], x[..., 2 * i + 1]  # (..., L)
+        out[..., 2 * i], out[..., 2 * i + 1] = a * c - b * s, a * s + b * c
+    return out
+
+
 @exercise("positional.rope",
           hint="pair (x[2i], x[2i+1]) rotates by angle pos * 10000^(-2i/d): "
                "(a, b) -> (a cos - b sin, a sin + b cos)",
-          wrong_answers=lambda: [_rope_halves, _rope_wrong_direction, lambda x, p: x.clone()])
+          wrong_answers=lambda: [_rope_halves, _rope_wrong_direction, lambda x, p: x.clone(),
+                                 _rope_frequency_without_2, lambda x, p: apply_rotary(x, p + 1)],  # positions off by one
+          solution=lambda: apply_rotary,
+          alternative_answers=lambda: [_rope_complex, _rope_loops])
 def _check_rope(answer):
     g = torch.Generator().manual_seed(5)
     inputs = [(torch.randn(3, 2, generator=g), torch.arange(3)),
@@ -92,9 +152,23 @@ def _alibi_signed(num_heads, L):
     return -(alibi_slopes(num_heads)[:, None, None] * d).unsqueeze(0)
 
 
+def _alibi_loops(num_heads, L):
+    """A right answer with Python loops over heads, queries and keys, returned as nested lists."""
+    slopes = alibi_slopes(num_heads).tolist()
+    return [[[[-slopes[h] * abs(i - j) for j in range(L)] for i in range(L)] for h in range(num_heads)]]
+
+
 @exercise("positional.alibi_bias",
           hint="bias[0, h, i, j] = -slope_h * |i - j|, with slope_h from tl.alibi_slopes(num_heads)",
-          wrong_answers=lambda: [_alibi_positive, _alibi_one_slope, _alibi_signed])
+          wrong_answers=lambda: [_alibi_positive, _alibi_one_slope, _alibi_signed,
+                                 lambda H, L: alibi_bias(H, L).flip(1),  # slopes in reverse order
+                                 lambda H, L: alibi_bias(H, L)[0]],  # (H, L, L): no leading batch axis
+          solution=lambda: _alibi_reference,
+          alternative_answers=lambda: [
+              _alibi_loops,
+              lambda H, L: -(alibi_slopes(H).numpy()[None, :, None, None]
+                             * np.abs(np.arange(L)[:, None] - np.arange(L)[None, :])),  # NumPy
+          ])
 def _check_alibi(answer):
     inputs = [(1, 3), (4, 6), (8, 10), (12, 5)]
     return compare_function(answer, _alibi_reference, inputs, what="bias", atol=1e-5,
@@ -117,7 +191,14 @@ def _score_rotate_query(q, k, offset):  # rotating q by +offset gives the score 
 @exercise("positional.rope_score",
           hint="<R(m) q, R(m + offset) k> = <q, R(offset) k>: rotate only the key, by the offset",
           wrong_answers=lambda: [_score_rotate_query, lambda q, k, o: (q * k).sum(),
-                                 lambda q, k, o: _score_reference(q, k, -o)])
+                                 lambda q, k, o: _score_reference(q, k, -o),
+                                 lambda q, k, o: _score_reference(q, k, o + 1),  # offset off by one
+                                 lambda q, k, o: _score_reference(q, k, o) / math.sqrt(q.shape[-1])],  # scaled
+          solution=lambda: _score_reference,
+          alternative_answers=lambda: [
+              lambda q, k, o: float(apply_rotary(q[None], torch.tensor([-o]))[0] @ k),  # <R(-o) q, k>, a float
+              lambda q, k, o: torch.dot(q, apply_rotary(k[None], torch.tensor([o]))[0]),  # <q, R(o) k>
+          ])
 def _check_rope_score(answer):
     g = torch.Generator().manual_seed(11)
     inputs = [(torch.randn(d, generator=g), torch.randn(d, generator=g), o)
