@@ -5,7 +5,11 @@ usual slips: the unbiased variance (dividing by d - 1), statistics over the wron
 forgotten epsilon (a constant token has zero variance), padding counted in BatchNorm's
 statistics, and the Post-LN order where Pre-LN was asked for.
 """
+import math
+
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..norms import LayerNorm, RMSNorm
 from ._core import NotYet, compare_arrays, compare_function, exercise
@@ -41,6 +45,14 @@ def _layer_norm_cases():
     return cases
 
 
+def _layer_norm_numpy(x, gamma, beta, eps):
+    """A right answer in NumPy (float64)."""
+    x = x.double().numpy()
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # biased: divide by d
+    return (x - mean) / np.sqrt(var + eps) * gamma.numpy() + beta.numpy()
+
+
 @exercise("layernorm.layer_norm",
           hint="mean and biased variance over dim=-1 with keepdim=True; divide by sqrt(var + eps); "
                "then multiply by gamma and add beta",
@@ -54,6 +66,16 @@ def _layer_norm_cases():
               lambda x, g, b, eps: (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True, unbiased=False) * g + b,
               # forgets beta
               lambda x, g, b, eps: _reference_layer_norm(x, g, torch.zeros_like(b), eps),
+              # gamma and beta swapped
+              lambda x, g, b, eps: _reference_layer_norm(x, b, g, eps),
+              # statistics over the last two axes (a whole sequence per mean)
+              lambda x, g, b, eps: (x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(
+                  x.var((-2, -1), keepdim=True, unbiased=False) + eps) * g + b,
+          ],
+          solution=lambda: _reference_layer_norm,
+          alternative_answers=lambda: [
+              lambda x, g, b, eps: F.layer_norm(x, x.shape[-1:], g, b, eps),  # torch's functional form
+              _layer_norm_numpy,
           ])
 def _check_layer_norm(answer):
     with torch.no_grad():
@@ -79,6 +101,15 @@ def _reference_rms_norm(x, gamma, eps):
               lambda x, g, eps: x / (x.pow(2).mean(-1, keepdim=True) + eps) * g,
               # the root of the sum, not of the mean
               lambda x, g, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * g,
+              # the mean square over the batch axis
+              lambda x, g, eps: x / torch.sqrt(x.pow(2).mean(0, keepdim=True) + eps) * g,
+              # the mean absolute value instead of the root mean square
+              lambda x, g, eps: x / (x.abs().mean(-1, keepdim=True) + eps) * g,
+          ],
+          solution=lambda: _reference_rms_norm,
+          alternative_answers=lambda: [
+              lambda x, g, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g,  # rsqrt
+              lambda x, g, eps: x / torch.sqrt(x.norm(dim=-1, keepdim=True) ** 2 / x.shape[-1] + eps) * g,  # via the norm
           ])
 def _check_rms_norm(answer):
     cases = [(x, _affine(x.shape[-1], k)[0], 1e-6) for k, x in enumerate(_inputs(1))]
@@ -107,6 +138,31 @@ def _masked_cases():
     return cases
 
 
+def _masked_per_sequence(x, real, eps):  # a wrong answer: one mean and variance per sequence
+    m = real[..., None].to(x.dtype)  # (B, L, 1)
+    count = m.sum(1, keepdim=True)  # (B, 1, 1)
+    mean = (x * m).sum(1, keepdim=True) / count
+    var = (((x - mean) * m) ** 2).sum(1, keepdim=True) / count
+    return (x - mean) / torch.sqrt(var + eps) * m
+
+
+def _masked_by_weights(x, real, eps):
+    """A right answer without boolean indexing: the mask as 0/1 weights in the sums."""
+    m = real[..., None].to(x.dtype)  # (B, L, 1)
+    count = m.sum()  # number of real tokens
+    mean = (x * m).sum(dim=(0, 1)) / count  # (D,)
+    var = (((x - mean) * m) ** 2).sum(dim=(0, 1)) / count  # (D,) biased
+    return (x - mean) / torch.sqrt(var + eps) * m
+
+
+def _masked_numpy_loop(x, real, eps):
+    """A right answer in NumPy, collecting the real tokens in a loop."""
+    xs, keep = x.double().numpy(), real.numpy()
+    tokens = np.array([xs[b, t] for b in range(xs.shape[0]) for t in range(xs.shape[1]) if keep[b, t]])
+    out = (xs - tokens.mean(0)) / np.sqrt(tokens.var(0) + eps)  # np.var is the biased variance
+    return out * keep[..., None]
+
+
 @exercise("layernorm.masked_batch_norm",
           hint="select the real tokens with x[real] (shape (N, D)), take mean and biased variance over dim 0, "
                "normalize every position with them, then zero the padding positions",
@@ -119,7 +175,13 @@ def _masked_cases():
               # statistics per token (that is LayerNorm)
               lambda x, real, eps: ((x - x.mean(-1, keepdim=True)) / torch.sqrt(
                   x.var(-1, keepdim=True, unbiased=False) + eps)) * real[..., None],
-          ])
+              # unbiased variance of the real tokens (divides by N - 1)
+              lambda x, real, eps: (x - x[real].mean(0)) / torch.sqrt(x[real].var(0) + eps) * real[..., None],
+              # statistics per sequence instead of over the whole batch
+              _masked_per_sequence,
+          ],
+          solution=lambda: _reference_masked_batch_norm,
+          alternative_answers=lambda: [_masked_by_weights, _masked_numpy_loop])
 def _check_masked_batch_norm(answer):
     if not callable(answer):
         raise NotYet(f"expected a function, got {type(answer).__name__}")
@@ -146,6 +208,14 @@ def _pre_ln_reference(x, sublayer, norm):
     return x + sublayer(norm(x))
 
 
+def _pre_ln_by_hand(x, sublayer, norm):
+    """A right answer that writes the LayerNorm out from the module's own gamma, beta and eps."""
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=False)
+    normed = (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+    return x + sublayer(normed)
+
+
 @exercise("layernorm.pre_ln",
           hint="Pre-LN normalizes the sub-layer's input and leaves the residual path untouched: "
                "x + sublayer(norm(x))",
@@ -153,6 +223,13 @@ def _pre_ln_reference(x, sublayer, norm):
               lambda x, sublayer, norm: norm(x + sublayer(x)),  # Post-LN, the paper's order
               lambda x, sublayer, norm: norm(x + sublayer(norm(x))),  # normalizes the residual stream too
               lambda x, sublayer, norm: sublayer(norm(x)),  # drops the residual
+              lambda x, sublayer, norm: x + norm(sublayer(x)),  # normalizes the sub-layer's output
+              lambda x, sublayer, norm: x + sublayer(x),  # no normalization at all
+          ],
+          solution=lambda: _pre_ln_reference,
+          alternative_answers=lambda: [
+              lambda x, sublayer, norm: torch.add(sublayer(norm(x)), x),  # the two terms the other way round
+              _pre_ln_by_hand,
           ])
 def _check_pre_ln(answer):
     g = torch.Generator().manual_seed(3)
