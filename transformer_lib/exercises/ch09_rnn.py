@@ -1,9 +1,12 @@
 """Chapter 9 (RNN vs Transformer) exercises."""
+import math
+
+import numpy as np
 import torch
 
 from ..cost import Level, encoder_levels, rnn_levels, schedule_time, sequential_steps
 from ..rnn import ElmanRNN
-from ._core import NotYet, compare_arrays, exercise
+from ._core import NotYet, compare_arrays, exercise, seed_cpu, to_int
 
 
 def _elman_step_reference(rnn, x_t, h):
@@ -14,10 +17,19 @@ def _elman_step_reference(rnn, x_t, h):
           hint="h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh): rnn.ih and rnn.hh are the two nn.Linear layers",
           wrong_answers=lambda: [lambda rnn, x_t, h: torch.tanh(rnn.ih(x_t)),  # forgets the previous state
                                  lambda rnn, x_t, h: torch.relu(rnn.ih(x_t) + rnn.hh(h)),  # wrong nonlinearity
-                                 lambda rnn, x_t, h: torch.tanh(x_t @ rnn.ih.weight.T + h @ rnn.hh.weight.T)])
+                                 lambda rnn, x_t, h: torch.tanh(x_t @ rnn.ih.weight.T + h @ rnn.hh.weight.T),
+                                 lambda rnn, x_t, h: torch.sigmoid(rnn.ih(x_t) + rnn.hh(h)),  # sigmoid, not tanh
+                                 lambda rnn, x_t, h: torch.tanh(rnn.ih(x_t)) + rnn.hh(h),  # tanh on one term only
+                                 lambda rnn, x_t, h: torch.tanh(rnn.ih(x_t) + rnn.hh(h) + rnn.hh.bias)],  # b_hh twice
+          solution=lambda: _elman_step_reference,
+          alternative_answers=lambda: [
+              lambda rnn, x_t, h: torch.tanh(x_t @ rnn.ih.weight.T + rnn.ih.bias + h @ rnn.hh.weight.T + rnn.hh.bias),
+              lambda rnn, x_t, h: torch.tanh(torch.einsum("bi,hi->bh", x_t, rnn.ih.weight)  # einsum
+                                             + torch.einsum("bj,hj->bh", h, rnn.hh.weight) + rnn.ih.bias + rnn.hh.bias),
+          ])
 def _check_step(answer):
     g = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
+    seed_cpu(0)  # the layers' init draws from the global CPU generator (restored after every check)
     n = 0
     for B, I, H in [(1, 3, 3), (4, 5, 7), (2, 8, 4)]:
         rnn = ElmanRNN(I, H)
@@ -44,16 +56,23 @@ def _check_step(answer):
                "(l, t-1)); 6 matrix-product levels per Transformer layer, whatever n is",
           wrong_answers=lambda: [lambda m, n, L: n * L if m == "rnn" else 6 * L,  # multiplies layers and steps
                                  lambda m, n, L: n + L if m == "rnn" else 1,  # a Transformer layer has levels too
-                                 lambda m, n, L: n + 1 if m == "rnn" else 6 * L])  # ignores stacked RNN layers
+                                 lambda m, n, L: n + 1 if m == "rnn" else 6 * L,  # ignores stacked RNN layers
+                                 lambda m, n, L: n + L - 1 if m == "rnn" else 6 * L,  # no input-projection level
+                                 lambda m, n, L: n + L if m == "rnn" else 6 * L + n],  # Transformer levels grow with n
+          solution=lambda: sequential_steps,
+          alternative_answers=lambda: [
+              lambda m, n, L: np.int64(1 + n + L - 1 if m == "rnn" else 6 * L),  # a NumPy integer
+              lambda m, n, L: float(1 + max(l + t for l in range(L) for t in range(n)) + 1)  # the wavefront, counted
+              if m == "rnn" else torch.tensor(6 * L),
+          ])
 def _check_steps(answer):
     cases = [(m, n, L) for m in ("rnn", "transformer") for n in (1, 7, 512) for L in (1, 3)]
     for m, n, L in cases:
-        got = answer(m, n, L)
-        if not isinstance(got, (int,)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
-            raise NotYet(f"answer a whole number of levels, got {type(got).__name__}")
-        if int(got) != sequential_steps(m, n, L):
+        got = to_int(answer(m, n, L), f"the count for model={m!r}, n={n}, num_layers={L}")
+        expected = sequential_steps(m, n, L)
+        if got != expected:
             raise NotYet(f"the count for model={m!r}, n={n}, num_layers={L} is too "
-                         f"{'high' if int(got) > sequential_steps(m, n, L) else 'low'}")
+                         f"{'high' if got > expected else 'low'}")
     return f"right for all {len(cases)} (model, n, layers) combinations."
 
 
@@ -62,26 +81,37 @@ def _floor_schedule(levels, lanes):
 
 
 def _pooled_schedule(levels, lanes):
-    import math
     return math.ceil(sum(lv.macs for lv in levels) / lanes)
+
+
+def _schedule_by_loop(levels, lanes):
+    """A right answer: count the ticks of each level with a while loop, as a NumPy integer."""
+    total = np.int64(0)
+    for level in levels:
+        left = level.macs
+        while left > 0:
+            left -= lanes
+            total += 1
+    return total
 
 
 @exercise("rnn.schedule_time",
           hint="each level takes ceil(macs / lanes) ticks, and the levels run one after another",
           wrong_answers=lambda: [_floor_schedule, _pooled_schedule,
-                                 lambda levels, lanes: len(levels)])
+                                 lambda levels, lanes: len(levels),
+                                 lambda levels, lanes: max(math.ceil(lv.macs / lanes) for lv in levels),  # levels in parallel
+                                 lambda levels, lanes: sum(round(lv.macs / lanes) for lv in levels)],  # rounds to nearest
+          solution=lambda: schedule_time,
+          alternative_answers=lambda: [lambda levels, lanes: sum(-(-lv.macs // lanes) for lv in levels),  # ceil by //
+                                       _schedule_by_loop])
 def _check_schedule(answer):
     cases = [(rnn_levels(5, 3, 2), 1), (rnn_levels(5, 3, 2), 7), (rnn_levels(64, 16), 10 ** 9),
              (encoder_levels(10, 8), 5), (encoder_levels(100, 32, 4), 1000),
              ([Level("a", 1), Level("b", 10), Level("c", 0)], 4)]
     for k, (levels, lanes) in enumerate(cases, 1):
-        got = answer(levels, lanes)
+        got = to_int(answer(levels, lanes), f"the number of ticks of test #{k}")
         expected = schedule_time(levels, lanes)
-        try:
-            ok = int(got) == expected
-        except (TypeError, ValueError):
-            raise NotYet(f"return a number of ticks, got {type(got).__name__}") from None
-        if not ok:
+        if got != expected:
             raise NotYet(f"test #{k} ({len(levels)} levels, lanes={lanes}): your time is too "
-                         f"{'high' if int(got) > expected else 'low'}")
+                         f"{'high' if got > expected else 'low'}")
     return f"matches the library on all {len(cases)} schedules."
