@@ -1,17 +1,27 @@
-"""A small, explicit training loop shared by the chapters that train a model live.
+"""Training: a small explicit loop for the chapters' toy models, and the language-model recipe.
 
-Adam with optional linear warmup and gradient clipping, a progress bar, and a history of
-losses. The loop is deliberately plain so a chapter can show it; chapters that need something
-unusual write their own few lines instead.
+* :func:`fit` the loop the early chapters use: AdamW (weight decay 0 by default, i.e. Adam), an
+  optional linear warmup, gradient clipping, a progress bar and the loss of every step.
+* The recipe of chapter 16 ("Training a small GPT"), one helper per ingredient:
+  :func:`causal_lm_loss` (next-token cross-entropy, optional label smoothing) and
+  :func:`perplexity`; :func:`warmup_cosine_schedule` (linear warmup, then cosine decay);
+  :func:`decay_parameter_groups` and :func:`make_adamw` (weight decay on the weight matrices of
+  linear layers only); :func:`lm_batch` and :func:`evaluate_lm` (random training windows,
+  deterministic validation windows); :func:`sample` (temperature sampling). The loop that ties
+  them together is :func:`train_lm`.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-__all__ = ["fit", "warmup_schedule", "progress_bar"]
+__all__ = ["fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule", "causal_lm_loss", "perplexity",
+           "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "sample", "train_lm"]
 
 
 def progress_bar(iterable, total: int | None = None, desc: str = ""):
@@ -41,7 +51,8 @@ def fit(model: torch.nn.Module, make_batch: Callable[[int], Any], loss_fn: Calla
         steps: int, lr: float = 1e-3, warmup_steps: int = 0, grad_clip: float | None = 1.0,
         weight_decay: float = 0.0, desc: str = "training", progress: bool = True,
         on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Train ``model`` for ``steps`` steps; return the loss of every step.
+    """Train ``model`` for ``steps`` steps with AdamW (``weight_decay`` on every parameter; 0 by
+    default, which makes it plain Adam); return the loss of every step.
 
     ``make_batch(step)`` returns a batch, ``loss_fn(model, batch)`` the scalar loss.
     ``on_step(step, loss)`` is called after each update (e.g. to record gradient norms).
@@ -66,3 +77,173 @@ def fit(model: torch.nn.Module, make_batch: Callable[[int], Any], loss_fn: Calla
             on_step(step, losses[-1])
     model.eval()
     return losses
+
+
+# -- the language-model recipe (chapter 16) -------------------------------------------------
+
+def warmup_cosine_schedule(warmup_steps: int, total_steps: int, min_ratio: float = 0.1) -> Callable[[int], float]:
+    """Learning-rate multiplier for step ``s`` (0-based, as ``LambdaLR`` counts):
+
+    * warmup, ``s < warmup_steps``: linear, ``(s + 1) / warmup_steps``, reaching 1 at the last warmup step;
+    * decay: ``min_ratio + (1 - min_ratio) * (1 + cos(pi * t)) / 2`` with
+      ``t = (s - warmup_steps) / (total_steps - warmup_steps)``, from 1 down to ``min_ratio`` at
+      ``s = total_steps`` (and held there after).
+
+    With ``min_ratio = 0`` and no warmup it is torch's ``CosineAnnealingLR`` with ``T_max = total_steps``.
+    """
+    if not (isinstance(warmup_steps, int) and isinstance(total_steps, int)) or warmup_steps < 0 or total_steps <= warmup_steps:
+        raise ValueError(f"need integers 0 <= warmup_steps < total_steps, got {warmup_steps!r} and {total_steps!r}")
+    if not 0.0 <= min_ratio <= 1.0:
+        raise ValueError(f"min_ratio must lie in [0, 1], got {min_ratio}")
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        t = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+    return multiplier
+
+
+def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Next-token cross-entropy: position t's logits predict token t + 1.
+
+    ``logits`` (B, L, V) computed from ``tokens`` (B, L); the last position has no target and the
+    first token is never predicted, so L - 1 predictions per row are scored (mean over all).
+    """
+    if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
+        raise ValueError(f"expected logits (B, L, V) and tokens (B, L), got {tuple(logits.shape)} and {tuple(tokens.shape)}")
+    if tokens.shape[1] < 2:
+        raise ValueError("need at least 2 tokens per row: one to read and one to predict")
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),  # (B*(L-1), V) vs (B*(L-1),)
+                           label_smoothing=label_smoothing)
+
+
+def perplexity(loss: float) -> float:
+    """exp(mean cross-entropy in nats): the size of a uniform choice that is as surprised."""
+    return math.exp(loss)
+
+
+def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two AdamW parameter groups: weight decay on the weight matrices of ``nn.Linear`` layers,
+    none on biases, norm gains and embeddings (token and position tables).
+
+    The choice (minGPT's): decay pulls weights toward 0, which regularizes a linear map but only
+    rescales a norm's gain or a bias, and would shrink the vectors of rare tokens that get few
+    gradient updates. A tied output head shares the embedding's tensor, so it is not decayed
+    either: a parameter is decayed only if every module holding it is a linear layer.
+    """
+    decay: dict[int, bool] = {}
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            is_matrix = isinstance(module, nn.Linear) and name == "weight"
+            decay[id(param)] = decay.get(id(param), True) and is_matrix
+    params = list(model.parameters())  # unique tensors, tied ones once
+    return [{"params": [p for p in params if decay[id(p)]], "weight_decay": weight_decay},
+            {"params": [p for p in params if not decay[id(p)]], "weight_decay": 0.0}]
+
+
+def make_adamw(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.9, 0.95)) -> torch.optim.AdamW:
+    """AdamW over :func:`decay_parameter_groups` (betas as GPT-3 and nanoGPT use them)."""
+    return torch.optim.AdamW(decay_parameter_groups(model, weight_decay), lr=lr, betas=betas)
+
+
+def lm_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``batch_size`` random windows of ``context`` consecutive tokens from the 1-D tensor ``ids``:
+    (B, context). The model reads a window and each position predicts the next token in it."""
+    if ids.dim() != 1 or context < 2 or len(ids) <= context:
+        raise ValueError(f"need a 1-D token tensor longer than context = {context} (>= 2), got shape {tuple(ids.shape)}")
+    starts = torch.randint(0, len(ids) - context + 1, (batch_size,), generator=generator)
+    return torch.stack([ids[s:s + context] for s in starts.tolist()])  # (B, context)
+
+
+@torch.no_grad()
+def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batch_size: int = 32,
+                max_windows: int | None = None) -> float:
+    """Mean next-token cross-entropy over consecutive, non-overlapping windows of ``context``
+    tokens of ``ids`` (deterministic: the same number every call). Leaves the model in eval mode."""
+    model.eval()
+    n = len(ids) // context
+    n = n if max_windows is None else min(n, max_windows)
+    if n < 1 or context < 2:
+        raise ValueError(f"need at least one window of context = {context} (>= 2) tokens, got {len(ids)} tokens")
+    windows = ids[: n * context].view(n, context)  # (n, context)
+    device = next(model.parameters()).device
+    total = 0.0
+    for chunk in windows.split(batch_size):
+        chunk = chunk.to(device)
+        total += causal_lm_loss(model(chunk), chunk).item() * len(chunk)  # mean over (b, context - 1) -> sum over rows
+    return total / n
+
+
+@torch.no_grad()
+def sample(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+           context: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Append ``max_new_tokens`` tokens to ``prompt`` (B, L), each drawn from softmax(logits / T);
+    ``temperature = 0`` is greedy. Only the last ``context`` tokens are fed to the model."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    model.eval()
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        window = tokens if context is None else tokens[:, -context:]
+        logits = model(window)[:, -1].float()  # (B, V)
+        if temperature == 0:
+            next_token = logits.argmax(-1, keepdim=True)  # (B, 1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            next_token = torch.multinomial(probs.cpu(), 1, generator=generator).to(tokens.device)  # (B, 1)
+        tokens = torch.cat([tokens, next_token], dim=1)
+    return tokens
+
+
+def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *, steps: int, batch_size: int = 16,
+             context: int = 64, lr: float = 3e-3, warmup_steps: int = 0, min_lr_ratio: float = 0.1,
+             weight_decay: float = 0.1, grad_clip: float | None = 1.0, label_smoothing: float = 0.0,
+             eval_every: int = 50, eval_windows: int = 32, seed: int = 0, progress: bool = True,
+             desc: str = "training") -> dict:
+    """The chapter-16 recipe in one plain loop: random windows, causal LM loss (optionally label
+    smoothed), AdamW with decay on linear weights only, warmup + cosine decay, gradient clipping.
+
+    Every ``eval_every`` steps (and at the end) the plain cross-entropy on ``eval_windows`` fixed
+    windows of the training and of the validation tokens is recorded, so the two curves are
+    measured the same way (the overfitting curve). Returns a dict with per-step ``train_loss``
+    and ``lr``, the evaluations ``eval_steps``/``eval_train``/``eval_val``, and ``tokens_per_s``
+    (training steps only, evaluation excluded).
+    """
+    import time
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = make_adamw(model, lr, weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio))
+    device = next(model.parameters()).device
+    history: dict = {"train_loss": [], "lr": [], "eval_steps": [], "eval_train": [], "eval_val": []}
+
+    def evaluate(step):
+        history["eval_steps"].append(step)
+        history["eval_train"].append(evaluate_lm(model, train_ids, context, max_windows=eval_windows))
+        history["eval_val"].append(evaluate_lm(model, val_ids, context, max_windows=eval_windows))
+
+    train_seconds = 0.0
+    steps_iter = progress_bar(range(steps), total=steps, desc=desc) if progress else range(steps)
+    for step in steps_iter:
+        if step % eval_every == 0:
+            evaluate(step)
+        model.train()
+        start = time.perf_counter()
+        batch = lm_batch(train_ids, batch_size, context, generator).to(device)  # (B, context)
+        loss = causal_lm_loss(model(batch), batch, label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        history["lr"].append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+        history["train_loss"].append(loss.item())
+        train_seconds += time.perf_counter() - start
+        if hasattr(steps_iter, "set_postfix_str") and step % max(1, steps // 20) == 0:
+            steps_iter.set_postfix_str(f"loss {history['train_loss'][-1]:.3f}", refresh=False)
+    evaluate(steps)
+    history["tokens_per_s"] = steps * batch_size * context / max(train_seconds, 1e-9)
+    model.eval()
+    return history

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["CORPUS_PATH", "load_corpus", "extract_prose", "build_corpus"]
+__all__ = ["CORPUS_PATH", "GPT_CHECKPOINT", "load_corpus", "extract_prose", "build_corpus", "split_paragraphs",
+           "load_gpt_checkpoint"]
 
 CORPUS_PATH = Path(__file__).with_name("book_prose.txt")
 _SKIP = ("15-", "16-", "17-")  # the language-model chapters themselves are not in their own corpus
@@ -37,3 +38,38 @@ def build_corpus(chapters_dir: str | Path) -> str:
     paths = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]-*.md") if not p.name.startswith(_SKIP))
     return "\n".join(extract_prose(p.read_text(encoding="utf-8")) for p in paths)
 
+
+
+def split_paragraphs(text: str, val_every: int = 10) -> tuple[str, str]:
+    """Train/validation split by paragraph: every ``val_every``-th paragraph (blank-line
+    separated) goes to validation. Interleaving keeps both parts from every chapter, so the
+    validation text is new prose of the same kind, not a different topic."""
+    if not isinstance(val_every, int) or val_every < 2:
+        raise ValueError(f"val_every must be an int >= 2, got {val_every!r}")
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    train = [p for i, p in enumerate(paragraphs) if i % val_every != val_every - 1]
+    val = [p for i, p in enumerate(paragraphs) if i % val_every == val_every - 1]
+    return "\n\n".join(train) + "\n", "\n\n".join(val) + "\n"
+
+
+GPT_CHECKPOINT = Path(__file__).with_name("book_gpt.pt")
+
+
+def load_gpt_checkpoint(path: str | Path = GPT_CHECKPOINT):
+    """The small GPT trained on the book's prose by ``benchmarks/train_gpt.py`` (chapter 16).
+
+    Returns ``(model, tokenizer, info)``: a float32 ``DecoderOnlyLM`` in eval mode, its
+    :class:`~transformer_lib.tokenization.BPETokenizer`, and the run's settings and curves.
+    """
+    import torch
+
+    from ..model import DecoderOnlyLM
+    from ..tokenization import BPETokenizer
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"no checkpoint at {path}: run `python benchmarks/train_gpt.py` to make it")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = DecoderOnlyLM(**saved["config"])
+    model.load_state_dict({k: v.float() for k, v in saved["state_dict"].items()})
+    return model.eval(), BPETokenizer.from_json(saved["tokenizer"]), saved["info"]

@@ -1,0 +1,124 @@
+"""Train the small GPT of chapter 16 on the book's prose, measure each part of the recipe, and
+save the checkpoint the chapter loads.
+
+    python benchmarks/train_gpt.py            # about 20 minutes on a busy CPU core (one thread)
+
+Writes ``transformer_lib/data/book_gpt.pt`` (the model in float16, < 5 MB, with its tokenizer)
+and ``benchmarks/results/train_gpt.json``: the main run's curves, one short run per recipe
+ablation (each changes one thing against the same baseline), and a learning-rate x warmup grid
+of loss curves for the chapter's widget. Everything is seeded and runs on one CPU thread, so a
+rerun gives the same numbers.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
+
+import transformer_lib as tl  # noqa: E402
+from transformer_lib.data import GPT_CHECKPOINT, load_corpus, split_paragraphs  # noqa: E402
+from transformer_lib.tokenization import BPETokenizer  # noqa: E402
+from transformer_lib.training import evaluate_lm, sample, train_lm  # noqa: E402
+
+VOCAB = 1024
+# the checkpoint: 4 layers of width 128, 64-token context (about 0.9M parameters)
+MAIN_MODEL = dict(d_model=128, num_heads=4, num_layers=4, max_len=64, dropout=0.1, init_std=0.02)
+MAIN_TRAIN = dict(steps=800, batch_size=16, context=64, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1,
+                  weight_decay=0.1, grad_clip=1.0, label_smoothing=0.0, eval_every=50, eval_windows=64)
+# the ablations and the grid: the chapter's live model (2 layers of width 64, 64-token context)
+SMALL_MODEL = dict(d_model=64, num_heads=4, num_layers=2, max_len=64, dropout=0.1, init_std=0.02)
+SMALL_TRAIN = dict(steps=400, batch_size=16, context=64, lr=3e-3, warmup_steps=50, min_lr_ratio=0.1,
+                   weight_decay=0.1, grad_clip=1.0, label_smoothing=0.0, eval_every=50, eval_windows=64)
+ABLATIONS = {  # name -> (what changes in the model, what changes in training)
+    "full recipe": ({}, {}),
+    "no warmup": ({}, {"warmup_steps": 0}),
+    "constant learning rate (no cosine decay)": ({}, {"min_lr_ratio": 1.0}),
+    "no gradient clipping": ({}, {"grad_clip": None}),
+    "no weight decay": ({}, {"weight_decay": 0.0}),
+    "no dropout": ({"dropout": 0.0}, {}),
+    "label smoothing 0.1": ({}, {"label_smoothing": 0.1}),
+    "torch's default init (N(0,1) tied embedding)": ({"init_std": None}, {}),
+}
+GRID_LR = [1e-3, 3e-3, 1e-2, 3e-2]
+GRID_WARMUP = [0, 30, 120]
+GRID_STEPS = 150
+
+
+def data():
+    train_text, val_text = split_paragraphs(load_corpus())
+    tok = BPETokenizer.train(train_text, VOCAB)
+    return tok, torch.tensor(tok.encode(train_text)), torch.tensor(tok.encode(val_text))
+
+
+def run(tok, train_ids, val_ids, model_kw, train_kw, seed=0, desc="run"):
+    tl.seed_everything(seed)
+    model = tl.DecoderOnlyLM(len(tok), **model_kw)
+    start = time.perf_counter()
+    history = train_lm(model, train_ids, val_ids, seed=seed, progress=False, desc=desc, **train_kw)
+    history["seconds"] = time.perf_counter() - start
+    best = min(history["eval_val"])
+    print(f"{desc:<48} val {history['eval_val'][-1]:.3f} (best {best:.3f})  train {history['eval_train'][-1]:.3f}  "
+          f"{history['tokens_per_s']:,.0f} tok/s  {history['seconds']:.0f} s", flush=True)
+    return model, history
+
+
+def curves(history):
+    keep = ("eval_steps", "eval_train", "eval_val", "tokens_per_s", "seconds")
+    out = {k: history[k] for k in keep}
+    out["train_loss"] = [round(x, 4) for x in history["train_loss"]]
+    return out
+
+
+def main():
+    torch.set_num_threads(1)  # small models gain nothing from threads; one thread is reproducible
+    tok, train_ids, val_ids = data()
+    print(f"corpus: {len(train_ids):,} training and {len(val_ids):,} validation tokens, vocabulary {len(tok)}")
+    results = {"vocab_size": len(tok), "train_tokens": len(train_ids), "val_tokens": len(val_ids),
+               "small_model": SMALL_MODEL, "small_train": SMALL_TRAIN, "main_model": MAIN_MODEL,
+               "main_train": MAIN_TRAIN}
+
+    model, h = run(tok, train_ids, val_ids, MAIN_MODEL, MAIN_TRAIN, desc="main model (checkpoint)")
+    results["main"] = curves(h)
+    prompt = torch.tensor([tok.encode("The attention")])
+    text = tok.decode(sample(model, prompt, 60, temperature=0.8, context=MAIN_MODEL["max_len"],
+                             generator=torch.Generator().manual_seed(0))[0].tolist())
+    print("sample:", text)
+    config = {"vocab_size": len(tok), **MAIN_MODEL}
+    info = {"val_loss": h["eval_val"][-1], "train_loss": h["eval_train"][-1], "tokens_per_s": h["tokens_per_s"],
+            "seconds": h["seconds"], "eval_steps": h["eval_steps"], "eval_val": h["eval_val"],
+            "eval_train": h["eval_train"], "train": MAIN_TRAIN}
+    torch.save({"config": config, "tokenizer": tok.to_json(), "info": info,
+                "state_dict": {k: v.half() for k, v in model.state_dict().items()}}, GPT_CHECKPOINT)
+    print(f"# wrote {GPT_CHECKPOINT.name} ({GPT_CHECKPOINT.stat().st_size / 1e6:.1f} MB)")
+    # the saved float16 weights, measured as the chapter will load them
+    from transformer_lib.data import load_gpt_checkpoint
+    loaded, _, _ = load_gpt_checkpoint()
+    results["main"]["val_loss_float16"] = evaluate_lm(loaded, val_ids, MAIN_TRAIN["context"])
+    results["main"]["val_loss_full"] = evaluate_lm(model, val_ids, MAIN_TRAIN["context"])
+    write_results("train_gpt", results)
+
+    results["ablations"] = {}
+    for name, (model_kw, train_kw) in ABLATIONS.items():
+        _, h = run(tok, train_ids, val_ids, {**SMALL_MODEL, **model_kw}, {**SMALL_TRAIN, **train_kw}, desc=name)
+        results["ablations"][name] = curves(h)
+
+    write_results("train_gpt", results)
+
+    results["grid"] = []
+    for lr in GRID_LR:
+        for warmup in GRID_WARMUP:
+            kw = {**SMALL_TRAIN, "lr": lr, "warmup_steps": warmup, "steps": GRID_STEPS, "eval_every": 25, "eval_windows": 32}
+            _, h = run(tok, train_ids, val_ids, SMALL_MODEL, kw, desc=f"grid lr={lr:g} warmup={warmup}")
+            results["grid"].append({"lr": lr, "warmup": warmup, "train_loss": [round(x, 4) for x in h["train_loss"]],
+                                    "eval_steps": h["eval_steps"], "eval_val": h["eval_val"]})
+
+    write_results("train_gpt", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Training helpers (transformer_lib.training): the warmup-cosine schedule against torch's
+schedulers, the causal LM loss, perplexity, AdamW parameter groups, batching, evaluation,
+sampling and a short end-to-end run."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import transformer_lib as tl
+from transformer_lib.training import (causal_lm_loss, decay_parameter_groups, evaluate_lm, lm_batch, make_adamw,
+                                      perplexity, sample, train_lm, warmup_cosine_schedule)
+
+
+def lr_sequence(scheduler, optimizer, steps):
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def optimizer_at(lr):
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+
+
+# -- the schedule ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("total, min_ratio", [(10, 0.0), (100, 0.0), (100, 0.1), (37, 0.5)])
+def test_cosine_without_warmup_equals_torch_cosine_annealing(total, min_ratio):
+    # CosineAnnealingLR updates recursively; the closed form agrees to rounding (~1e-16 per step)
+    ours_opt, ref_opt = optimizer_at(0.1), optimizer_at(0.1)
+    ours = lr_sequence(torch.optim.lr_scheduler.LambdaLR(ours_opt, warmup_cosine_schedule(0, total, min_ratio)),
+                       ours_opt, total + 1)
+    ref = lr_sequence(torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=total, eta_min=0.1 * min_ratio),
+                      ref_opt, total + 1)
+    assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("warmup, total, min_ratio", [(5, 50, 0.1), (20, 100, 0.0), (2, 10, 0.2)])
+def test_warmup_then_cosine_equals_torch_linear_then_cosine(warmup, total, min_ratio):
+    # LinearLR(start 1/W, total_iters W-1) gives (s+1)/W for s < W: our warmup, written independently
+    ours_opt, ref_opt = optimizer_at(0.1), optimizer_at(0.1)
+    ours = lr_sequence(torch.optim.lr_scheduler.LambdaLR(ours_opt, warmup_cosine_schedule(warmup, total, min_ratio)),
+                       ours_opt, total + 1)
+    warm = torch.optim.lr_scheduler.LinearLR(ref_opt, start_factor=1 / warmup, end_factor=1.0, total_iters=warmup - 1)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=total - warmup, eta_min=0.1 * min_ratio)
+    ref = lr_sequence(torch.optim.lr_scheduler.SequentialLR(ref_opt, [warm, cos], milestones=[warmup]),
+                      ref_opt, total + 1)
+    assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 50), st.integers(1, 200), st.floats(0.0, 1.0))
+def test_schedule_properties(warmup, extra, min_ratio):
+    total = warmup + extra
+    f = warmup_cosine_schedule(warmup, total, min_ratio)
+    values = [f(s) for s in range(total + 5)]
+    assert all(0 < v <= 1 + 1e-12 for v in values[:warmup])
+    assert all(min_ratio - 1e-12 <= v <= 1 + 1e-12 for v in values[warmup:])
+    assert all(a < b for a, b in zip(values[:warmup], values[1:warmup]))  # rises during warmup
+    assert all(a >= b - 1e-12 for a, b in zip(values[warmup:], values[warmup + 1:]))  # then never rises
+    assert values[max(warmup - 1, 0)] == pytest.approx(1.0) or warmup == 0
+    assert values[total] == pytest.approx(min_ratio) and values[-1] == pytest.approx(min_ratio)
+
+
+@pytest.mark.parametrize("args", [(10, 10), (-1, 10), (5, 3), (2.0, 10), (0, 10, 1.5), (0, 10, -0.1)])
+def test_schedule_bad_input(args):
+    with pytest.raises(ValueError):
+        warmup_cosine_schedule(*args)
+
+
+# -- the loss and perplexity -------------------------------------------------------------------
+
+def test_causal_lm_loss_matches_a_loop_over_positions():
+    logits, tokens = torch.randn(3, 7, 11), torch.randint(0, 11, (3, 7))
+    terms = [-torch.log_softmax(logits[b, t], -1)[tokens[b, t + 1]] for b in range(3) for t in range(6)]
+    assert causal_lm_loss(logits, tokens).item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-6)
+
+
+def test_label_smoothing_is_torch_cross_entropy_with_smoothing():
+    logits, tokens = torch.randn(2, 5, 9), torch.randint(0, 9, (2, 5))
+    log_p = torch.log_softmax(logits[:, :-1], -1)  # (B, L-1, V)
+    nll = -log_p.gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    smooth = -log_p.mean(-1)  # cross-entropy with the uniform distribution
+    expected = (0.9 * nll + 0.1 * smooth).mean()
+    assert causal_lm_loss(logits, tokens, label_smoothing=0.1).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("logits, tokens", [(torch.randn(2, 5, 9), torch.zeros(2, 4, dtype=torch.long)),
+                                            (torch.randn(10, 9), torch.zeros(10, dtype=torch.long)),
+                                            (torch.randn(2, 1, 9), torch.zeros(2, 1, dtype=torch.long))])
+def test_causal_lm_loss_bad_shapes(logits, tokens):
+    with pytest.raises(ValueError):
+        causal_lm_loss(logits, tokens)
+
+
+def test_uniform_prediction_has_perplexity_equal_to_vocab_size():
+    loss = causal_lm_loss(torch.zeros(2, 6, 50), torch.randint(0, 50, (2, 6))).item()
+    assert loss == pytest.approx(math.log(50), rel=1e-6)
+    assert perplexity(loss) == pytest.approx(50, rel=1e-6)
+
+
+# -- AdamW groups ------------------------------------------------------------------------------
+
+def test_decay_groups_hold_linear_weights_only():
+    model = tl.DecoderOnlyLM(40, d_model=16, num_heads=2, num_layers=2, max_len=8)
+    decay, no_decay = decay_parameter_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    expected = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) for n in [n + ".weight"]}
+    expected.discard("head.weight")  # tied to the embedding, which is not decayed
+    assert decayed == expected and decayed
+    assert not any("norm" in n or n.endswith("bias") or "embed" in n for n in decayed)
+    all_params = list(model.parameters())
+    assert len(decay["params"]) + len(no_decay["params"]) == len(all_params)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+
+
+def test_adamw_decays_only_the_decay_group():
+    # with zero gradients AdamW's update is the decay alone: w <- w (1 - lr * wd)
+    model = tl.DecoderOnlyLM(40, d_model=16, num_heads=2, num_layers=1, max_len=8)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = make_adamw(model, lr=0.5, weight_decay=0.1)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    decayed = {id(p) for p in opt.param_groups[0]["params"]}
+    for n, p in model.named_parameters():
+        factor = 1 - 0.5 * 0.1 if id(p) in decayed else 1.0
+        torch.testing.assert_close(p.detach(), before[n] * factor)
+
+
+# -- data, evaluation, sampling -----------------------------------------------------------------
+
+def test_lm_batch_windows_are_slices_of_the_stream():
+    ids = torch.arange(100)
+    batch = lm_batch(ids, 6, 10, torch.Generator().manual_seed(0))
+    assert batch.shape == (6, 10)
+    assert torch.equal(batch - batch[:, :1], torch.arange(10).expand(6, 10))  # consecutive tokens
+    assert int(batch.max()) < 100
+    with pytest.raises(ValueError):
+        lm_batch(ids, 2, 100)
+
+
+def test_evaluate_lm_is_the_mean_loss_over_windows():
+    model = tl.DecoderOnlyLM(30, d_model=16, num_heads=2, num_layers=1, max_len=8, init_std=0.02)
+    ids = torch.randint(0, 30, (8 * 5 + 3,))
+    windows = ids[:40].view(5, 8)
+    expected = causal_lm_loss(model(windows), windows).item()
+    assert evaluate_lm(model, ids, 8, batch_size=2) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError):
+        evaluate_lm(model, ids[:5], 8)
+
+
+def test_sample_at_temperature_zero_is_greedy_and_seeded_sampling_repeats():
+    model = tl.DecoderOnlyLM(30, d_model=16, num_heads=2, num_layers=1, max_len=32, init_std=0.5).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    assert torch.equal(sample(model, prompt, 5, temperature=0), model.generate(prompt, 5))
+    a = sample(model, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
+    b = sample(model, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and a.shape == (1, 11)
+    with pytest.raises(ValueError):
+        sample(model, prompt, 2, temperature=-1)
+
+
+def test_train_lm_learns_a_periodic_text():
+    torch.manual_seed(0)
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6] * 60)
+    model = tl.DecoderOnlyLM(10, d_model=32, num_heads=2, num_layers=1, max_len=16, init_std=0.02)
+    history = train_lm(model, ids[:400], ids[400:], steps=60, batch_size=8, context=16, lr=1e-2,
+                       warmup_steps=5, eval_every=20, progress=False)
+    assert history["eval_val"][0] > 2.0  # about ln(10) at initialisation
+    assert history["eval_val"][-1] < 0.5  # the period is learned
+    assert len(history["train_loss"]) == len(history["lr"]) == 60 and history["tokens_per_s"] > 0
+    assert history["lr"][4] == pytest.approx(1e-2) and history["lr"][-1] < 2e-3
