@@ -53,7 +53,8 @@ class AttentionCall:
     ``query`` (B, L_q, D), ``key`` and ``value`` (B, L_k, D) are the tensors the module received
     (detached); ``masks`` (B, L_q, L_k) is the boolean mask each sequence got (``None`` is
     recorded as all True, with ``mask_given = False``) and ``mask`` the first sequence's.
-    ``weights`` (B, H, L_q, L_k) are the attention weights, when recorded with ``weights=True``.
+    ``output`` (B, L_q, D) is what the module returned; ``weights`` (B, H, L_q, L_k) are the
+    attention weights, when recorded with ``weights=True``.
     """
     name: str
     query: torch.Tensor
@@ -62,6 +63,7 @@ class AttentionCall:
     masks: torch.Tensor
     mask_given: bool
     is_self: bool
+    output: torch.Tensor
     weights: torch.Tensor | None = None
 
     @property
@@ -129,7 +131,7 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
             w = output[1].detach() if weights else None  # (B, H, L_q, L_k)
             calls.append(AttentionCall(name, q.detach(), k.detach(), v.detach(),
                                        _as_3d_mask(mask, q.shape[0], q.shape[1], k.shape[1]), mask is not None,
-                                       is_self=(k is q and v is q), weights=w))
+                                       is_self=(k is q and v is q), output=output[0].detach(), weights=w))
         return hook
 
     handles = [m.register_forward_hook(hook_for(name), with_kwargs=True) for name, m in modules]
