@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps
+.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps pdf dist
 
 venv: $(STAMP)
 
@@ -43,6 +43,18 @@ book: venv
 	$(PY) -m bookkit.notebooks check-sync chapters/*.md
 	rm -rf book/_build/html
 	$(PY) -m bookkit.build_book
+
+# The whole book as one PDF, book/_build/pdf/book.pdf (bookkit/pdf.py): Sphinx's one-page build,
+# printed by Chromium (math by the local MathJax, figures, widgets in their default setting,
+# solutions after their exercise). Offline; about two minutes.
+pdf: venv browser-deps
+	$(PY) -m bookkit.notebooks check-sync chapters/*.md
+	$(PY) -m bookkit.pdf
+
+# For readers who cannot run a server: dist/transformers-interactively-<version>.zip holds the
+# offline web book (open html/index.html) and the PDF.
+dist: book pdf
+	$(PY) -m bookkit.dist
 
 # Debian's Chromium for tests/test_browser.py: installed only when /usr/bin/chromium is missing.
 browser-deps:

@@ -45,8 +45,9 @@ MATHJAX_DST = BOOK / "_assets" / "vendor" / "mathjax"
 # the parts of mathjax/es5 a page can load: the combined TeX->CHTML file, the extensions it
 # autoloads, fonts, menu, accessibility and the speech engine the menu can switch on
 MATHJAX_PARTS = ["tex-chtml.js", "input", "output", "ui", "a11y", "sre", "adaptors"]
-# a Markdown link to a chapter source or notebook: [text](NN-slug.md#anchor)
-LINK_RE = re.compile(rf"\[([^\]]*)\]\((?:\./)?(?:\.\./chapters/)?({CHAPTER_SLUG})\.(?:md|ipynb)(#[^)\s]*)?\)")
+# a Markdown link to a chapter source or notebook, from a chapter ([t](NN-slug.md#anchor)) or from a
+# book page ([t](chapters/NN-slug.ipynb#anchor))
+LINK_RE = re.compile(rf"\[([^\]]*)\]\((?:\./)?(?:(?:\.\./)?chapters/)?({CHAPTER_SLUG})\.(?:md|ipynb)(#[^)\s]*)?\)")
 
 
 class BuildError(RuntimeError):
@@ -129,23 +130,28 @@ def collapse_carriage_returns(text) -> str:
     return "\n".join(lines)
 
 
+def relink(text: str, existing: set[str], planned: set[str], folder: str = "") -> str:
+    """Point links to chapter sources at the book's notebooks (``folder`` + ``NN-slug.ipynb``).
+
+    A link to a chapter that parts.yml lists but that has not landed yet becomes plain text until
+    it does; a link to an unknown chapter is left for Sphinx to report."""
+    def one(m: re.Match) -> str:
+        label, stem, anchor = m.group(1), m.group(2), m.group(3) or ""
+        if stem in existing:
+            return f"[{label}]({folder}{stem}.ipynb{anchor})"
+        return label if stem in planned else m.group(0)
+    return LINK_RE.sub(one, text)
+
+
 def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
     """The book's copy of an executed chapter notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
     nb.get("metadata", {}).pop("widgets", None)
 
-    def relink(m: re.Match) -> str:
-        text, stem, anchor = m.group(1), m.group(2), m.group(3) or ""
-        if stem in existing:
-            return f"[{text}]({stem}.ipynb{anchor})"
-        if stem in planned:  # a chapter that has not landed yet: plain text until it does
-            return text
-        return m.group(0)  # unknown target: left for Sphinx to report
-
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown":
-            cell["source"] = LINK_RE.sub(relink, source)
+            cell["source"] = relink(source, existing, planned)
         elif cell["cell_type"] == "code":
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "stream":
@@ -243,7 +249,7 @@ def prepare() -> list[str]:
 
 
 # -- 4. build ---------------------------------------------------------------------------------
-def _inputs_digest() -> str:
+def inputs_digest() -> str:
     """What the build depends on: the chapters' notebooks, every source file under book/ and this
     package (the build's own code)."""
     h = hashlib.sha1()
@@ -260,25 +266,31 @@ def _inputs_digest() -> str:
     return h.hexdigest()
 
 
-def build() -> None:
-    start = time.perf_counter()
-    digest = _inputs_digest()
-    stems = prepare()
+def run_jupyter_book(builder: str = "html") -> None:
+    """``jupyter-book build book --builder <builder> -W -n --keep-going`` on the prepared sources."""
     jb = Path(sys.executable).parent / "jupyter-book"
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(BOOK), "--builder", "html",
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(BOOK), "--builder", builder,
            "-W", "-n", "--keep-going"]
-    print(f"building the book: {len(stems)} chapters ({', '.join(stems)})", flush=True)
     result = subprocess.run(cmd, cwd=ROOT)
     if result.returncode != 0:
-        STAMP.unlink(missing_ok=True)
-        raise BuildError(f"jupyter-book build failed (exit {result.returncode}); see the warnings above")
+        raise BuildError(f"jupyter-book build --builder {builder} failed (exit {result.returncode}); "
+                         "see the warnings above")
+
+
+def build() -> None:
+    start = time.perf_counter()
+    digest = inputs_digest()
+    stems = prepare()
+    print(f"building the book: {len(stems)} chapters ({', '.join(stems)})", flush=True)
+    STAMP.unlink(missing_ok=True)
+    run_jupyter_book("html")
     (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")
     print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)
 
 
 def is_stale() -> bool:
-    return not STAMP.exists() or STAMP.read_text().strip() != _inputs_digest()
+    return not STAMP.exists() or STAMP.read_text().strip() != inputs_digest()
 
 
 def ensure_built() -> Path:

@@ -235,3 +235,68 @@ def test_chapter_page_solutions_collapsed_and_widgets_static(html, stem):
         assert "Show solution" in div and "<details open" not in div
     assert text.count("class='tlib-widget'") == n_widgets
     assert "jupyter-widgets" not in text
+
+
+# -- glossary, launch buttons, version ----------------------------------------------------------
+GLOSSARY_TERMS = ["Query", "Key", "Value", "Head", "Mask", "Causal mask", "Padding mask", "Positional encoding",
+                  "RoPE", "Layer norm", "Residual connection", "KV cache", "Perplexity", "BPE", "Token", "Logits",
+                  "Temperature", "Top-p", "FlashAttention"]
+CHAPTER_LINK = re.compile(r'<a class="reference internal" href="(chapters/[^"#]+\.html)(?:#([^"]+))?"')
+
+
+def _article(text: str) -> str:
+    return text[text.index("<article"):text.index("</article>")]
+
+
+def test_relink_points_book_pages_at_chapters_that_exist():
+    text = "[a](chapters/04-masking.ipynb#the-math), [b](chapters/15-tokenization.ipynb) and [c](chapters/44-typo.ipynb)"
+    out = book.relink(text, existing={"04-masking"}, planned={"04-masking", "15-tokenization"}, folder="chapters/")
+    assert out == "[a](chapters/04-masking.ipynb#the-math), b and [c](chapters/44-typo.ipynb)"
+
+
+def test_glossary_has_the_books_terms():
+    source = (book.BOOK / "glossary.md").read_text(encoding="utf8")
+    terms = re.findall(r"^(\S[^\n]*)\n  \S", source, re.M)
+    for term in GLOSSARY_TERMS:
+        assert any(t.startswith(term) for t in terms), f"the glossary lacks {term!r}"
+    assert terms == sorted(terms, key=str.lower), "keep the glossary in alphabetical order"
+
+
+def test_every_glossary_link_resolves(html):
+    """Each link to a chapter that is in the book reaches an existing page and section id."""
+    source = (book.BOOK / "glossary.md").read_text(encoding="utf8")
+    existing = set(book.existing_chapters())
+    wanted = [m for m in re.findall(r"\]\(chapters/(\d\d-[a-z0-9-]+)\.ipynb(?:#([^)]+))?\)", source) if m[0] in existing]
+    links = CHAPTER_LINK.findall(_article((html / "glossary.html").read_text(encoding="utf8")))
+    assert len(links) == len(wanted), "a glossary link to a chapter in the book was dropped"
+    for page, anchor in links:
+        target = html / page
+        assert target.exists(), page
+        if anchor:
+            assert f'id="{anchor}"' in target.read_text(encoding="utf8"), f"{page} has no section #{anchor}"
+
+
+def test_version_in_footer_and_changelog(html):
+    import transformer_lib
+    version = transformer_lib.__version__
+    for page in ["index.html", "chapters/00-how-to-use.html"]:
+        assert f"Version {version}" in (html / page).read_text(encoding="utf8"), page
+    changelog = (book.ROOT / "CHANGELOG.md").read_text(encoding="utf8")
+    assert re.search(rf"^## \[?{re.escape(version)}\]?", changelog, re.M), "CHANGELOG.md has no entry for this version"
+
+
+@pytest.mark.parametrize("stem", book.existing_chapters())
+def test_launch_and_download_buttons(html, stem):
+    cfg = book._load_yaml(book.BOOK / "_config.yml")
+    repo = cfg["repository"]["url"].rstrip("/")
+    hub = cfg["launch_buttons"]["jupyterhub_url"].rstrip("/")
+    binder = cfg["launch_buttons"]["binderhub_url"].rstrip("/")
+    org_repo = "/".join(repo.split("/")[-2:])
+    text = (html / "chapters" / f"{stem}.html").read_text(encoding="utf8").replace("&amp;", "&")
+    assert f'href="{binder}/v2/gh/{org_repo}/' in text and f"urlpath=lab/tree/chapters/{stem}.ipynb" in text
+    from urllib.parse import quote
+    pull = re.search(rf'href="{re.escape(hub)}/hub/user-redirect/git-pull\?([^"]+)"', text)
+    assert pull, "no JupyterHub (nbgitpuller) link"
+    assert f"repo={quote(repo, safe='/')}" in pull.group(1) and f"chapters/{stem}.ipynb" in pull.group(1)
+    assert f'href="../_sources/chapters/{stem}.ipynb"' in text, "no download button"
+    assert (html / "_sources" / "chapters" / f"{stem}.ipynb").exists()

@@ -1,0 +1,47 @@
+"""Sphinx extension for the book (listed in book/_config.yml): version footer, page relinking.
+
+- The version of ``transformer_lib`` (read from its ``__init__.py``, without importing torch)
+  becomes Sphinx's ``version``/``release`` and is shown in every page's footer next to a pointer
+  to CHANGELOG.md.
+- Book pages (the glossary, the guides) link chapters as ``chapters/NN-slug.ipynb#anchor``; a
+  link to a chapter that parts.yml lists but that has not landed yet is turned into plain text
+  (the same rule ``build_book.relink`` applies inside the chapters), so the page builds now and
+  links by itself once the chapter exists.
+"""
+from __future__ import annotations
+
+import re
+
+from . import build_book
+from .conventions import ROOT
+
+__all__ = ["library_version", "setup"]
+
+
+def library_version() -> str:
+    """``transformer_lib.__version__``, read from the source so that Sphinx need not import torch."""
+    init = (ROOT / "transformer_lib" / "__init__.py").read_text(encoding="utf8")
+    return re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init, re.M).group(1)
+
+
+def _on_config_inited(app, config) -> None:
+    version = library_version()
+    config.version = config.release = version
+    options = config.html_theme_options
+    footer = options.get("extra_footer", "")
+    options["extra_footer"] = (f"{footer} <span class='tlib-version'>Version {version} "
+                               f"(transformer_lib {version}; changes in CHANGELOG.md)</span>")
+
+
+def _on_source_read(app, docname: str, source: list[str]) -> None:
+    if docname.startswith("chapters/"):
+        return  # chapters are relinked when build_book copies them
+    parts = build_book._load_yaml(build_book.BOOK / "parts.yml")
+    existing, planned = set(build_book.existing_chapters(parts)), set(build_book.planned_chapters(parts))
+    source[0] = build_book.relink(source[0], existing, planned, folder="chapters/")
+
+
+def setup(app):
+    app.connect("config-inited", _on_config_inited)
+    app.connect("source-read", _on_source_read)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
