@@ -1,7 +1,10 @@
-"""Sparse attention kernels equal the dense masked reference; counts, masks, bad input.
+"""Sparse attention kernels equal the readable references; counts, masks, bad input.
 
-The reference is always ``transformer_lib.scaled_dot_product_attention`` (scores materialized)
-with the pattern's boolean mask from ``transformer_lib.masks`` or ``transformer_lib.sparse``.
+Two references: ``transformer_lib.scaled_dot_product_attention`` (scores materialized) with the
+pattern's boolean mask from ``transformer_lib.masks``, and, for the sliding window, the readable
+block loop ``sparse.sliding_window_reference`` (itself held equal to the first). Tolerance: the
+kernels reorder float32 sums over at most ~100 keys of O(1) terms, so differences stay near
+1e-6; 1e-5 leaves room without hiding a wrong key (which moves outputs by ~1e-1).
 """
 import warnings
 
@@ -10,7 +13,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
-from transformer_lib import sparse as sp
+from transformer_lib import profiling, sparse as sp
+from transformer_lib.sparse import flex as flex_module
 from transformer_lib.masks import dilated_mask, sliding_window_mask
 
 ATOL = 1e-5
@@ -47,6 +51,31 @@ def _close(a, b, atol=ATOL):
 def test_top_level_exports():
     assert tl.sliding_window_attention is sp.sliding_window_attention
     assert tl.dilated_attention is sp.dilated_attention
+    assert all(hasattr(sp, name) for name in sp.__all__)
+    assert sp.median_time is profiling.median_time and sp.peak_memory is profiling.peak_memory
+    assert sp.longformer_mask is tl.masks.longformer_mask  # one home for masks
+
+
+# -- the readable reference ---------------------------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(L=st.integers(1, 70), w=st.integers(1, 90), causal=st.booleans(), block=st.integers(1, 40),
+       pad=st.integers(0, 40), seed=st.integers(0, 10_000))
+def test_reference_equals_dense_masked_attention(L, w, causal, block, pad, seed):
+    q, k, v = _qkv(2, 2, L, 5, seed)
+    key_mask = _key_mask(2, L, pad, seed) if pad else None
+    ref = _reference(q, k, v, sliding_window_mask(L, w, causal), key_mask)
+    _close(sp.sliding_window_reference(q, k, v, w, causal, key_mask=key_mask, block_size=block), ref)
+
+
+def test_reference_computes_only_its_tiles():
+    """Keys outside a block's tile are never read: poisoning them with NaN changes nothing."""
+    q, k, v = _qkv(1, 1, 64, 4, 11)
+    v2 = v.clone()
+    v2[..., 40:, :] = float("nan")  # queries < 40 - 4 = 36 must not see these; blocks of 8 end at 32
+    out = sp.sliding_window_reference(q, k, v2, 8, block_size=8)
+    assert torch.isfinite(out[..., :32, :]).all()
+    _close(out[..., :32, :], sp.sliding_window_reference(q, k, v, 8, block_size=8)[..., :32, :])
 
 
 # -- sliding window ---------------------------------------------------------------------------------
@@ -57,7 +86,7 @@ def test_top_level_exports():
 def test_sliding_window_blocked_equals_dense_reference(L, w, d, causal, block, pad, seed):
     q, k, v = _qkv(2, 2, L, d, seed)
     key_mask = _key_mask(2, L, pad, seed) if pad else None
-    ref = _reference(q, k, v, sliding_window_mask(L, w, causal), key_mask)
+    ref = sp.sliding_window_reference(q, k, v, w, causal, key_mask=key_mask)
     for kernel in ("blocked", "dense", "auto"):
         out = sp.sliding_window_attention(q, k, v, w, causal, key_mask=key_mask, kernel=kernel, block_size=block)
         _close(out, ref)
@@ -67,7 +96,7 @@ def test_sliding_window_blocked_equals_dense_reference(L, w, d, causal, block, p
 def test_sliding_window_interior_blocks_long_sequence(causal):
     """L >> window + block: most blocks take the shared-tile path."""
     q, k, v = _qkv(1, 2, 600, 16, 1, d_v=8)
-    ref = _reference(q, k, v, sliding_window_mask(600, 64, causal))
+    ref = sp.sliding_window_reference(q, k, v, 64, causal)
     for block in (32, 64):
         _close(sp.sliding_window_attention(q, k, v, 64, causal, kernel="blocked", block_size=block), ref)
 
@@ -288,7 +317,7 @@ def test_flex_kernel_equals_dense_reference(flex_ok):
     q, k, v = _qkv(2, 2, L, 16, 7)
     key_mask = _key_mask(2, L, 140, 7)
     for causal, w, km in ((False, 64, None), (True, 64, key_mask), (False, 300, key_mask), (True, 1, None)):
-        ref = _reference(q, k, v, sliding_window_mask(L, w, causal), km)
+        ref = sp.sliding_window_reference(q, k, v, w, causal, key_mask=km)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a silent fallback would not test flex
             out = sp.sliding_window_attention(q, k, v, w, causal, key_mask=km, kernel="flex")
@@ -299,7 +328,7 @@ def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C compiler")
 
-    monkeypatch.setattr(sp, "_FLEX_STATE", {"compiled": broken, "errors": {}})
+    monkeypatch.setattr(flex_module, "_FLEX_STATE", {"compiled": broken, "errors": {}})
     q, k, v = _qkv(1, 2, 100, 8, 8)
     ref = _reference(q, k, v, sliding_window_mask(100, 16, True))
     with pytest.warns(RuntimeWarning, match="falling back"):
@@ -314,8 +343,15 @@ def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):
 # -- measuring helpers -----------------------------------------------------------------------------
 
 def test_measuring_helpers():
-    assert sp.median_time(lambda: sum(range(1000)), repeat=3) > 0
-    peak = sp.peak_memory(lambda: torch.ones(16 * 2**20).sum())  # a 64 MiB temporary
+    assert profiling.median_time(lambda: sum(range(1000)), repeat=3) > 0
+    calls = []
+    assert profiling.time_call(lambda: calls.append(1), repeats=4, warmup=2, statistic="median") >= 0
+    assert len(calls) == 6
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        profiling.time_call(lambda: None, statistic="mean")
+    info = profiling.machine_info()
+    assert info["cpu_count"] >= 1 and info["torch"] == torch.__version__
+    peak = profiling.peak_memory(lambda: torch.ones(16 * 2**20).sum())  # a 64 MiB temporary
     if peak is None:
         pytest.skip("no peak-memory counter on this platform")
     assert 60 * 2**20 <= peak <= 200 * 2**20
@@ -327,12 +363,12 @@ def test_bad_parameters_raise_value_errors():
     q, k, v = _qkv(1, 2, 10, 4, 0)
     swa, dil = sp.sliding_window_attention, sp.dilated_attention
     cases = [
-        (lambda: swa(q, k, v, 0), "window must be an integer >= 1"),
-        (lambda: swa(q, k, v, -3), "window must be an integer >= 1"),
-        (lambda: swa(q, k, v, 2.5), "window must be an integer >= 1"),
-        (lambda: swa(q, k, v, True), "window must be an integer >= 1"),
+        (lambda: swa(q, k, v, 0), "window must be a positive integer"),
+        (lambda: swa(q, k, v, -3), "window must be a positive integer"),
+        (lambda: swa(q, k, v, 2.5), "window must be a positive integer"),
+        (lambda: swa(q, k, v, True), "window must be a positive integer"),
         (lambda: swa(q, k, v, 4, kernel="fast"), "kernel must be one of"),
-        (lambda: swa(q, k, v, 4, block_size=0), "block_size must be an integer >= 1"),
+        (lambda: swa(q, k, v, 4, block_size=0), "block_size must be a positive integer"),
         (lambda: swa(q[0], k[0], v[0], 4), r"must have shape \(B, H, L, d_k\)"),
         (lambda: swa(q, k[:, :, :8], v[:, :, :8], 4), r"same \(B, H, L\)"),
         (lambda: swa(q, k[..., :3], v, 4), "share d_k"),
@@ -340,7 +376,7 @@ def test_bad_parameters_raise_value_errors():
         (lambda: swa(q, k.double(), v, 4), "share a dtype"),
         (lambda: swa(q, k, v, 4, key_mask=torch.ones(1, 10)), "boolean"),
         (lambda: swa(q, k, v, 4, key_mask=torch.ones(1, 9, dtype=torch.bool)), r"shape \(B, L\)"),
-        (lambda: dil(q, k, v, 0), "dilation must be an integer >= 1"),
+        (lambda: dil(q, k, v, 0), "dilation must be a positive integer"),
         (lambda: dil(q, k, v, 2, kernel="blocked"), "kernel must be one of"),
         (lambda: sp.longformer_attention(q, k, v, 4, [10]), r"global positions must lie in \[0, 10\)"),
         (lambda: sp.block_sparse_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool), 4), r"boolean \(3, 3\)"),
@@ -349,10 +385,35 @@ def test_bad_parameters_raise_value_errors():
         (lambda: sp.receptive_field([]), "at least one mask"),
         (lambda: sp.gridding_holes(10, [], 2), "at least one dilation"),
         (lambda: sp.receptive_field([torch.ones(3, 3)]), "square boolean"),
-        (lambda: sp.dilated_window_mask(10, 3, 0), "dilation must be an integer >= 1"),
-        (lambda: sp.band_score_count(0, 4), "n must be an integer >= 1"),
+        (lambda: sp.dilated_window_mask(10, 3, 0), "dilation must be a positive integer"),
+        (lambda: sp.band_score_count(0, 4), "n must be a positive integer"),
         (lambda: sp.layout_to_mask(torch.ones(2, 2, dtype=torch.bool), 4, L=9), r"L must lie in \[1, 8\]"),
+        (lambda: sp.sliding_window_reference(q, k, v, 0), "window must be a positive integer"),
+        (lambda: sp.sliding_window_reference(q, k, v, 4, block_size=0), "block_size must be a positive integer"),
+        (lambda: sp.sliding_window_reference(q, k[:, :, :8], v, 4), r"same \(B, H, L\)"),
+        (lambda: sp.window_block_layout(10, 4, block_size=0), "block_size must be a positive integer"),
+        (lambda: sp.window_block_layout(0, 4), "L must be a positive integer"),
+        (lambda: sp.flex_score_count(10, 4, block_size=-1), "block_size must be a positive integer"),
+        (lambda: sp.receptive_field([torch.ones(3, 3, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool)]),
+         "share one shape"),
+        (lambda: sp.bigbird_mask(0, 4), "L must be a positive integer"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+@settings(max_examples=30, deadline=None)
+@given(L=st.integers(1, 150), w=st.integers(1, 120), causal=st.booleans(), block=st.sampled_from([4, 16, 32]))
+def test_window_block_layout_matches_brute_force_tiles(L, w, causal, block):
+    nb = -(-L // block)
+    padded = torch.zeros(nb * block, nb * block, dtype=torch.bool)
+    padded[:L, :L] = sliding_window_mask(L, w, causal)
+    tiles = padded.view(nb, block, nb, block).transpose(1, 2)  # (nb, nb, block, block)
+    real = torch.zeros_like(padded)
+    real[:L, :L] = True
+    real_tiles = real.view(nb, block, nb, block).transpose(1, 2)
+    touched, full = sp.window_block_layout(L, w, causal, block_size=block)
+    assert torch.equal(touched, tiles.any(dim=(2, 3)))
+    # full: every pair inside the band and the tile not cut short by the end of the sequence
+    assert torch.equal(full, (tiles | ~real_tiles).all(dim=(2, 3)) & real_tiles.all(dim=(2, 3)))

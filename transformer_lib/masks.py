@@ -23,6 +23,11 @@ __all__ = [
     "sliding_window_mask",
     "dilated_mask",
     "global_tokens_mask",
+    "dilated_window_mask",
+    "longformer_mask",
+    "bigbird_block_layout",
+    "bigbird_mask",
+    "layout_to_mask",
     "combine_masks",
     "to_torch_mha_mask",
     "from_torch_mha_mask",
@@ -91,9 +96,14 @@ def sliding_window_mask(L: int, window: int, causal: bool = False, device=None) 
     check_positive("L", L)
     if not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    return _band(L, window // 2, 0 if causal else window // 2, device)
+
+
+def _band(L: int, left: int, right: int, device=None) -> torch.Tensor:
+    """(L, L) ``i - left <= j <= i + right``, unchecked. Two broadcast comparisons and no (L, L)
+    integer temporary: 3 L^2 bytes at the peak instead of about 16 L^2 (matters at L = 32768)."""
     i, j = _positions(L, L, device)
-    band = (i - j).abs() <= window // 2
-    return band & (j <= i) if causal else band
+    return (j >= i - left) & (j <= i + right)  # (L, L)
 
 
 def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> torch.Tensor:
@@ -104,9 +114,18 @@ def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> to
     check_positive("L", L)
     if not isinstance(dilation, int) or dilation < 1:
         raise ValueError(f"dilation must be an integer >= 1, got {dilation!r}")
-    i, j = _positions(L, L, device)
-    mask = (j - i) % dilation == 0
-    return mask & (j <= i) if causal else mask
+    return _same_residue(L, dilation, causal, device)
+
+
+def _same_residue(L: int, dilation: int, causal: bool, device=None) -> torch.Tensor:
+    """(L, L) ``(j - i) % dilation == 0`` written as ``i % d == j % d`` (no (L, L) integer
+    temporary), and ``j <= i`` if causal; unchecked."""
+    r = torch.arange(L, device=device) % dilation  # (L,) residue of each position
+    mask = r.unsqueeze(1) == r.unsqueeze(0)  # (L, L)
+    if causal:
+        i, j = _positions(L, L, device)
+        mask &= j <= i
+    return mask
 
 
 def global_tokens_mask(L: int, global_positions: Iterable[int], device=None) -> torch.Tensor:
@@ -169,3 +188,84 @@ def validate_mask(mask: torch.Tensor | None, B: int, H: int, L_q: int, L_k: int)
         return None
     check_mask(mask, (B, H, L_q, L_k))
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+
+
+# -- sparse-attention patterns (chapter 8): dilated windows, Longformer, BigBird -------------------
+
+def dilated_window_mask(L: int, window: int, dilation: int, causal: bool = False, device=None) -> torch.Tensor:
+    """(L, L) dilated sliding window: keys ``j = i + t * dilation`` for ``|t| <= window // 2``.
+
+    The window keeps ``window // 2`` taps on each side (like a convolution kernel of size
+    ``2 * (window // 2) + 1``) but spaces them ``dilation`` apart, so one layer reaches
+    ``(window // 2) * dilation`` positions away at the same cost. ``dilation = 1`` is
+    :func:`sliding_window_mask`. Stacking such layers is where dilation pays off, and where a
+    fixed rate leaves holes (chapter 8, "Dilated attention"; ``sparse.receptive_field``).
+    """
+    for name, value in (("L", L), ("window", window), ("dilation", dilation)):
+        check_positive(name, value)
+    i, j = _positions(L, L, device)
+    mask = ((j - i) % dilation == 0) & ((j - i).abs() <= (window // 2) * dilation)
+    return mask & (j <= i) if causal else mask
+
+
+def longformer_mask(L: int, window: int, global_positions: Iterable[int], causal: bool = False,
+                    device=None) -> torch.Tensor:
+    """(L, L) Longformer pattern: the sliding window OR the global tokens' rows and columns.
+
+    With ``causal=True`` everything is also restricted to ``j <= i`` (a global token then sees
+    the whole past and is seen by the whole future).
+    """
+    mask = sliding_window_mask(L, window, device=device) | global_tokens_mask(L, list(global_positions), device=device)
+    if causal:
+        i, j = _positions(L, L, device)
+        mask = mask & (j <= i)
+    return mask
+
+
+def bigbird_block_layout(num_blocks: int, window_blocks: int = 3, global_blocks: int = 1,
+                         random_blocks: int = 1, seed: int = 0) -> torch.Tensor:
+    """(num_blocks, num_blocks) boolean block layout of BigBird (Zaheer et al., 2020).
+
+    Query block r sees: the ``window_blocks`` blocks centred on it (r - w//2 .. r + w//2), the
+    first ``global_blocks`` blocks (which also see everything), and ``random_blocks`` other
+    blocks drawn at random (seeded, so the pattern is reproducible) among those it does not
+    already see. :func:`layout_to_mask` turns it into a token mask.
+    """
+    check_positive("num_blocks", num_blocks)
+    check_positive("window_blocks", window_blocks)
+    check_int("global_blocks", global_blocks, 0)
+    check_int("random_blocks", random_blocks, 0)
+    if global_blocks > num_blocks:
+        raise ValueError(f"global_blocks={global_blocks} exceeds num_blocks={num_blocks}")
+    r = torch.arange(num_blocks)
+    layout = (r[:, None] - r[None, :]).abs() <= window_blocks // 2  # (nb, nb) window of blocks
+    layout[:global_blocks, :] = True  # global blocks see everything ...
+    layout[:, :global_blocks] = True  # ... and are seen by everything
+    gen = torch.Generator().manual_seed(seed)
+    for row in range(global_blocks, num_blocks):
+        free = (~layout[row]).nonzero().flatten()
+        take = free[torch.randperm(free.numel(), generator=gen)[:random_blocks]]
+        layout[row, take] = True
+    return layout
+
+
+def layout_to_mask(layout: torch.Tensor, block_size: int, L: int | None = None) -> torch.Tensor:
+    """Expand a (nb, nb) block layout to an (L, L) token mask (cut to ``L`` if given)."""
+    if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool or layout.dim() != 2 \
+            or layout.shape[0] != layout.shape[1]:
+        got = f"{layout.dtype} {tuple(layout.shape)}" if isinstance(layout, torch.Tensor) else type(layout).__name__
+        raise ValueError(f"layout must be a square boolean (nb, nb) tensor, got {got}")
+    check_positive("block_size", block_size)
+    if L is not None and not (isinstance(L, int) and 1 <= L <= layout.shape[0] * block_size):
+        raise ValueError(f"L must lie in [1, {layout.shape[0] * block_size}] for this layout, got {L!r}")
+    mask = layout.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)  # (nb*b, nb*b)
+    return mask if L is None else mask[:L, :L]
+
+
+def bigbird_mask(L: int, block_size: int, window_blocks: int = 3, global_blocks: int = 1,
+                 random_blocks: int = 1, seed: int = 0) -> torch.Tensor:
+    """(L, L) BigBird mask: :func:`bigbird_block_layout` expanded to tokens."""
+    check_positive("L", L)
+    check_positive("block_size", block_size)
+    nb = -(-L // block_size)  # ceil(L / block_size)
+    return layout_to_mask(bigbird_block_layout(nb, window_blocks, global_blocks, random_blocks, seed), block_size, L)

@@ -1,9 +1,17 @@
-"""Measuring a forward pass three ways: wall time, FLOPs, and the dependency chain of its ops.
+"""Measuring a call: wall time, peak memory, FLOPs, and the dependency chain of its ops.
+
+The one home for measurement in the library: chapters and benchmarks time with
+:func:`time_call` and measure memory with :func:`peak_memory` rather than writing their own.
 
 * :func:`time_call` times a call on any device (it synchronizes CUDA / MPS before reading the
-  clock, which is the classic mistake in GPU timing) and returns the fastest of a few repeats:
-  on a shared machine the minimum is the least disturbed run. On the CPU it can also measure
-  one thread's CPU time, which a busy machine does not inflate.
+  clock, which is the classic mistake in GPU timing) and returns the fastest of a few repeats
+  (on a shared machine the minimum is the least disturbed run) or, with
+  ``statistic="median"``, their median (the typical run, what a benchmark table reports;
+  :func:`median_time` is that shortcut). On the CPU it can also measure one thread's CPU time,
+  which a busy machine does not inflate.
+* :func:`peak_memory` measures the extra memory a call needs at its peak: CUDA's allocator
+  statistics on a GPU, the process's peak resident size on a Linux CPU.
+* :func:`machine_info` describes the machine a measurement was taken on (for results files).
 * :func:`count_flops` wraps ``torch.utils.flop_counter.FlopCounterMode``: FLOPs per sub-module,
   counted from the shapes of the matrix products actually dispatched. It counts 2 FLOPs per
   multiply-add and ignores element-wise work (softmax, norms, activations, bias adds).
@@ -17,6 +25,11 @@ Used by the chapters "RNN vs Transformer" (critical path, timings) and "Where th
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
+import statistics
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +39,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["time_call", "synchronize", "count_flops", "FlopCount", "trace_ops", "OpTrace"]
+__all__ = ["time_call", "median_time", "synchronize", "peak_memory", "machine_info", "count_flops", "FlopCount",
+           "trace_ops", "OpTrace"]
+
+STATISTICS = {"min": min, "median": statistics.median}
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -40,8 +56,8 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 
 def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=None,
-              cpu_time: bool = False, **kwargs) -> float:
-    """Seconds taken by ``fn(*args, **kwargs)``: the minimum over ``repeats`` timed runs.
+              cpu_time: bool = False, statistic: str = "min", **kwargs) -> float:
+    """Seconds taken by ``fn(*args, **kwargs)``: the minimum (or median) over ``repeats`` timed runs.
 
     ``warmup`` untimed runs come first (kernel selection, caches, lazy initialization). GPU
     kernels run asynchronously, so the device is synchronized before each clock read; without
@@ -52,9 +68,13 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
     the time the thread spends waiting for a core, so a busy machine barely changes the result.
     Use it to compare the *shares* of different operations; it is not the wall time a user sees
     on a multi-core machine.
+
+    ``statistic``: ``"min"`` (default; the least disturbed run) or ``"median"`` (the typical run).
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}")
     if cpu_time and device is not None and torch.device(device).type != "cpu":
         raise ValueError(f"cpu_time=True measures CPU work; it cannot time a {torch.device(device).type} device")
     clock = time.thread_time if cpu_time else time.perf_counter
@@ -64,17 +84,107 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
     try:
         for _ in range(warmup):
             fn(*args, **kwargs)
-        best = float("inf")
+        times = []
         for _ in range(repeats):
             synchronize(device)
             start = clock()
             fn(*args, **kwargs)
             synchronize(device)
-            best = min(best, clock() - start)
+            times.append(clock() - start)
     finally:
         if cpu_time:
             torch.set_num_threads(threads)
-    return best
+    return STATISTICS[statistic](times)
+
+
+def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, device=None) -> float:
+    """Median wall time of ``fn()`` in seconds: ``time_call(fn, statistic="median")``."""
+    return time_call(fn, repeats=repeat, warmup=warmup, device=device, statistic="median")
+
+
+# -- memory ------------------------------------------------------------------------------------------
+
+_LIBC: list = []
+
+
+def _release_free_memory() -> None:
+    """Make glibc give free memory back to the OS, so that reusing it shows up in the RSS.
+
+    A freed tensor's pages often stay resident inside malloc's heap; a later allocation reuses
+    them without the resident size growing, and its peak would be invisible. The first call
+    fixes the mmap threshold at 128 KiB (by default glibc raises it after large frees, up to
+    32 MB); every call runs ``malloc_trim(0)``, which returns free heap pages to the OS.
+    """
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+            _LIBC.append(libc)
+        except (OSError, AttributeError):  # not glibc: nothing to do
+            _LIBC.append(None)
+    if _LIBC[0] is not None:
+        _LIBC[0].malloc_trim(0)
+
+
+def _rss_kib() -> tuple[int, int]:
+    """(current, peak) resident set size of this process in KiB, from /proc/self/status."""
+    with open("/proc/self/status") as f:
+        fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith(("VmRSS", "VmHWM"))}
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def peak_memory(fn: Callable[[], object], device=None) -> float | None:
+    """Extra memory (bytes) that ``fn()`` needs at its peak, beyond what was live before it.
+
+    On CUDA: ``torch.cuda`` peak-allocation statistics. On Linux CPUs: the process's peak
+    resident set size (``VmHWM``), reset just before the call through ``/proc/self/clear_refs``,
+    minus the resident size before it, after glibc has returned its free pages to the OS (see
+    :func:`_release_free_memory`). Python's ``tracemalloc`` would not see torch's buffers at all.
+    Returns None where neither is available. Resolution: a few hundred KiB.
+    """
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - before)
+    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/clear_refs"):
+        return None
+    _release_free_memory()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size
+    except OSError:
+        return None
+    before, _ = _rss_kib()
+    fn()
+    _, peak = _rss_kib()
+    return float(max(0, peak - before) * 1024)
+
+
+def machine_info() -> dict:
+    """What a results file should say about where it was measured: CPU, cores, threads, torch,
+    GPU if any, and the 1-minute load average (a shared machine's timings depend on it)."""
+    cpu, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in f if ":" in line)}
+        cpu, flags = info.get("model name", cpu), info.get("flags", "").split()
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "avx512": "avx512f" in flags,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+    }
 
 
 @dataclass
