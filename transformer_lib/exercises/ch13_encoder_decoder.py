@@ -6,6 +6,9 @@ forward pass and ``greedy_decode``, :func:`~transformer_lib.tasks.shift_right`,
 """
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -14,7 +17,7 @@ from ..layers import DecoderLayer, EncoderLayer
 from ..masks import causal_mask, prefix_lm_mask
 from ..model import Seq2SeqTransformer
 from ..tasks import BOS, shift_right
-from ._core import NotYet, compare_arrays, compare_function, compare_value, exercise
+from ._core import NotYet, compare_arrays, compare_function, compare_value, exercise, seed_cpu
 
 __all__ = []
 
@@ -24,10 +27,9 @@ def _models_and_batches():
     cases = []
     g = torch.Generator().manual_seed(12)
     for seed, (vocab, d, heads, B, n_src, n_tgt) in enumerate(((11, 16, 2, 2, 5, 4), (17, 24, 4, 3, 3, 6))):
-        with torch.random.fork_rng(devices=[]):  # build the model without touching the reader's RNG
-            torch.manual_seed(seed)
-            model = Seq2SeqTransformer(vocab, vocab, d_model=d, num_heads=heads, num_encoder_layers=1,
-                                       num_decoder_layers=2, d_ff=2 * d).eval()
+        seed_cpu(seed)  # the init draws from the global CPU generator (restored after every check)
+        model = Seq2SeqTransformer(vocab, vocab, d_model=d, num_heads=heads, num_encoder_layers=1,
+                                   num_decoder_layers=2, d_ff=2 * d).eval()
         src = torch.randint(3, vocab, (B, n_src), generator=g)
         tgt = torch.randint(3, vocab, (B, n_tgt), generator=g)
         cases.append((model, src, tgt))
@@ -50,7 +52,13 @@ def _loss_reference(model, src, target):
               lambda m, s, t: F.cross_entropy(m(s, shift_right(t)).flatten(0, 1), t.flatten(),
                                               reduction="sum"),
               lambda m, s, t: F.cross_entropy(m(s, t[:, :-1]).flatten(0, 1), t[:, 1:].flatten()),
-          ])
+              lambda m, s, t: F.cross_entropy(m(s, shift_right(t)).flatten(0, 1), t.flatten(),  # sum per sequence
+                                              reduction="sum") / t.shape[0],
+              lambda m, s, t: F.nll_loss(m(s, shift_right(t)).flatten(0, 1), t.flatten()),  # logits as log-probs
+          ],
+          solution=lambda: _loss_reference,
+          alternative_answers=lambda: [_loss_by_gather,
+                                       lambda m, s, t: np.float32(_loss_reference(m, s, t).item())])
 def _check_loss(answer):
     if not callable(answer):
         raise NotYet(f"expected a function, got {type(answer).__name__}")
@@ -66,6 +74,15 @@ def _check_loss(answer):
         compare_value(got, expected, what=f"the loss on test batch #{n} (target length {tgt.shape[1]})",
                       rtol=1e-5, atol=1e-6)
     return f"matches the library's teacher-forced loss on all {len(cases)} batches."
+
+
+def _loss_by_gather(model, src, target):
+    """A right answer: log-softmax, pick each target's log-probability with gather, average."""
+    start = torch.full_like(target[:, :1], BOS)  # (B, 1)
+    logits = model(src, torch.cat([start, target[:, :-1]], dim=1))  # (B, n, V)
+    log_probs = logits.log_softmax(dim=-1)
+    picked = log_probs.gather(-1, target[..., None]).squeeze(-1)  # (B, n)
+    return float(-picked.mean())
 
 
 # -- 2. generate one token at a time and keep the logits -------------------------------------------------
@@ -99,10 +116,27 @@ def _generate_first_position(model, src, bos_id, max_len):
     return ys[:, 1:], torch.stack(steps, dim=1)
 
 
+def _generate_loop(model, src, bos_id, max_len):
+    """A right answer: encode once, then decode step by step, keeping the last position's logits."""
+    memory = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)  # (B, 1)
+    steps = []
+    for _ in range(max_len):
+        last = model.decode(ys, memory)[:, -1]  # (B, V)
+        steps.append(last)
+        ys = torch.cat([ys, last.argmax(-1, keepdim=True)], dim=1)
+    return ys[:, 1:].tolist(), torch.stack(steps, dim=1).numpy()  # a list of lists and an array
+
+
 @exercise("encdec.generate_with_logits",
           hint="encode once; start from a (B, 1) column of the start token; at each step decode the "
                "tokens so far, keep the logits of the LAST position, append their argmax",
-          wrong_answers=lambda: [_generate_no_feedback, _generate_unshifted, _generate_first_position])
+          wrong_answers=lambda: [_generate_no_feedback, _generate_unshifted, _generate_first_position,
+                                 lambda m, s, b, n: (lambda t, lg: (t, lg.softmax(-1)))(*_generate_reference(m, s, b, n)),
+                                 lambda m, s, b, n: (lambda t, lg: (torch.cat([torch.full_like(t[:, :1], b), t], 1)[:, :n],
+                                                                    lg))(*_generate_reference(m, s, b, n))],  # BOS kept
+          solution=lambda: _generate_reference,
+          alternative_answers=lambda: [_generate_loop])
 def _check_generate(answer):
     if not callable(answer):
         raise NotYet(f"expected a function, got {type(answer).__name__}")
@@ -139,7 +173,14 @@ def _prefix_off_by_one(n_prefix, L):
           wrong_answers=lambda: [lambda n_prefix, L: causal_mask(L),
                                  lambda n_prefix, L: torch.ones(L, L, dtype=torch.bool),
                                  _prefix_transposed, _prefix_off_by_one,
-                                 lambda n_prefix, L: prefix_lm_mask(n_prefix, L).float()])
+                                 lambda n_prefix, L: prefix_lm_mask(n_prefix, L).float(),
+                                 lambda n_prefix, L: causal_mask(L) & (torch.arange(L)[None, :] < n_prefix),  # AND
+                                 lambda n_prefix, L: causal_mask(L) | (torch.arange(L)[None, :] < n_prefix - 1)],
+          solution=lambda: prefix_lm_mask,
+          alternative_answers=lambda: [
+              lambda n_prefix, L: [[j <= i or (i < n_prefix and j < n_prefix) for j in range(L)] for i in range(L)],
+              lambda n_prefix, L: np.tril(np.ones((L, L), dtype=bool)) | (np.arange(L)[None, :] < n_prefix),
+          ])
 def _check_prefix(answer):
     cases = [(2, 5), (0, 4), (4, 4), (3, 7), (1, 1), (1, 6)]
     return compare_function(answer, prefix_lm_mask, cases, what="mask",
@@ -148,10 +189,10 @@ def _check_prefix(answer):
 
 # -- 4. what the decoder layer adds ---------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)  # a count: the same every time
 def _extra_parameters(d_model: int) -> int:
-    with torch.random.fork_rng(devices=[]):
-        dec = DecoderLayer(d_model, 1, 2 * d_model)
-        enc = EncoderLayer(d_model, 1, 2 * d_model)
+    dec = DecoderLayer(d_model, 1, 2 * d_model)  # the init's random draws are undone after every check
+    enc = EncoderLayer(d_model, 1, 2 * d_model)
     return count_parameters(dec) - count_parameters(enc)
 
 
@@ -160,7 +201,12 @@ def _extra_parameters(d_model: int) -> int:
                "matrix, every bias and every LayerNorm scale and shift",
           wrong_answers=lambda: [lambda d: 4 * d * d,  # cross-attention weights only
                                  lambda d: 4 * (d * d + d),  # forgets the third LayerNorm
-                                 lambda d: 3 * (d * d + d) + 2 * d])  # forgets W^O
+                                 lambda d: 3 * (d * d + d) + 2 * d,  # forgets W^O
+                                 lambda d: 4 * (d * d + d) + d,  # a LayerNorm without its shift
+                                 lambda d: 8 * (d * d + d) + 2 * d],  # counts the self-attention again
+          solution=lambda: _extra_parameters,
+          alternative_answers=lambda: [lambda d: np.int64(4 * d * d + 4 * d + 2 * d),
+                                       lambda d: float(sum(d * d + d for _ in "QKVO") + 2 * d)])
 def _check_extra(answer):
     if not callable(answer):
         raise NotYet(f"expected a function, got {type(answer).__name__}")
