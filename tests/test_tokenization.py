@@ -174,3 +174,10 @@ def test_bad_ids(tok, ids):
 def test_bad_merge_lists(merges):
     with pytest.raises(ValueError, match="merge"):
         BPETokenizer(merges)
+
+
+def test_corpus_is_prose_without_code_cells():
+    from transformer_lib.data import extract_prose
+    assert len(CORPUS) > 150_000 and "```" not in CORPUS and "code-cell" not in CORPUS
+    md = "---\njupytext: x\n---\n\n# Title\n\nSome prose.\n\n```{code-cell} ipython3\nx = 1\n```\n\n$$\na^2\n$$\nMore.\n"
+    assert extract_prose(md) == "# Title\n\nSome prose.\n\nMore.\n"

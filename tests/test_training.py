@@ -177,3 +177,33 @@ def test_train_lm_learns_a_periodic_text():
     assert history["eval_val"][-1] < 0.5  # the period is learned
     assert len(history["train_loss"]) == len(history["lr"]) == 60 and history["tokens_per_s"] > 0
     assert history["lr"][4] == pytest.approx(1e-2) and history["lr"][-1] < 2e-3
+
+
+# -- the corpus split and the shipped checkpoint (chapter 16) -----------------------------------
+
+def test_paragraph_split_partitions_the_text():
+    from transformer_lib.data import load_corpus, split_paragraphs
+    text = load_corpus()
+    train, val = split_paragraphs(text)
+    paragraphs = [p.strip("\n") for p in text.split("\n\n") if p.strip()]
+    train_p = [p.strip("\n") for p in train.split("\n\n") if p.strip()]
+    val_p = [p.strip("\n") for p in val.split("\n\n") if p.strip()]
+    assert val_p == paragraphs[9::10] and len(train_p) + len(val_p) == len(paragraphs)
+    assert 0.07 < len(val) / len(text) < 0.13
+    with pytest.raises(ValueError):
+        split_paragraphs(text, val_every=1)
+
+
+def test_checkpoint_is_small_and_reproduces_its_recorded_loss():
+    import json
+    from pathlib import Path
+
+    from transformer_lib.data import GPT_CHECKPOINT, load_corpus, load_gpt_checkpoint, split_paragraphs
+    assert GPT_CHECKPOINT.stat().st_size < 5e6
+    model, tok, info = load_gpt_checkpoint()
+    results = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/train_gpt.json").read_text())
+    _, val_text = split_paragraphs(load_corpus())
+    val_ids = torch.tensor(tok.encode(val_text))
+    loss = evaluate_lm(model, val_ids, info["train"]["context"])
+    assert loss == pytest.approx(results["main"]["val_loss_float16"], abs=1e-4)
+    assert loss < math.log(len(tok)) - 2  # far better than uniform (perplexity < V / e^2)
