@@ -208,8 +208,9 @@ def spawn(hub, name: str, token: str) -> float:
     return time.perf_counter() - start
 
 
-def run_cells(hub, name: str, token: str, path: str, cells: list) -> list[str]:
-    """Run code cells in a fresh kernel of the user's server; return each cell's stdout (+ errors)."""
+def run_cells(hub, name: str, token: str, path: str, cells: list) -> tuple[list[str], float]:
+    """Run code cells in a fresh kernel of the user's server; return each cell's stdout (+ errors)
+    and the memory of all the user's processes (MB) once the last cell has run, kernel still up."""
     api = f"{hub['url']}/user/{name}/api"
     headers = {"Authorization": f"token {token}"}
     r = requests.post(f"{api}/sessions", headers=headers, timeout=120,
@@ -241,10 +242,11 @@ def run_cells(hub, name: str, token: str, path: str, cells: list) -> list[str]:
                 elif kind == "status" and content["execution_state"] == "idle":
                     break
             outputs.append("".join(text))
+        memory = rss_mb(pwd.getpwnam(name).pw_uid)
     finally:
         ws.close()
         requests.delete(f"{api}/sessions/{session['id']}", headers=headers, timeout=60)
-    return outputs
+    return outputs, memory
 
 
 def student_works(hub, name: str, answer: str | None) -> dict:
@@ -266,8 +268,7 @@ def student_works(hub, name: str, answer: str | None) -> dict:
     if answer is not None:
         answers[0].source = answer
     code = [c for c in nb.cells if c.cell_type == "code"]
-    outputs = run_cells(hub, name, token, path, code)
-    with_kernel = rss_mb(uid)
+    outputs, with_kernel = run_cells(hub, name, token, path, code)
     for cell, text in zip(code, outputs):
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)] if text else []
     r = requests.put(f"{base}/api/contents/{path}", headers=headers, timeout=60,

@@ -47,8 +47,9 @@ def users_venv(root: Path) -> Path:
 
     Normally the course venv's own (build it in /opt or /srv, readable by all). When its Python is
     out of the users' reach (a pyenv under /root, mode 700), a thin venv in ROOT/venv on the
-    system's Python of the same version reads the course venv's packages (a .pth file), and its
-    bin folder gets copies of the course venv's scripts that start that Python."""
+    system's Python of the same version reads the course venv's packages (a .pth file) and Jupyter
+    files (links), and its bin folder gets copies of the course venv's scripts that start that
+    Python."""
     if readable_by_all(Path(sys.executable)):
         return VENV_BIN
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -59,6 +60,11 @@ def users_venv(root: Path) -> Path:
     venv = root / "venv"
     if not (venv / "bin" / "python").exists():
         subprocess.run([str(system_python), "-m", "venv", "--without-pip", str(venv)], check=True)
+    for shared in ("etc/jupyter", "share/jupyter"):  # server extensions, JupyterLab's app, kernels
+        link = venv / shared
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path(sys.prefix) / shared)
     site = Path(sys.prefix) / "lib" / version / "site-packages"
     (venv / "lib" / version / "site-packages" / "course_venv.pth").write_text(
         f"import site; site.addsitedir({str(site)!r})\n")
