@@ -215,9 +215,12 @@ def write_course(chapters: str | Path, dest: str | Path, course_id: str = COURSE
 
 def release(course: str | Path, assignments: list[str]) -> None:
     """``nbgrader generate_assignment`` for each assignment (writes ``release/`` and the gradebook)."""
+    import os
+    # nbgrader runs `alembic` (its database migrations) from PATH: the venv's own
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for name in assignments:
         subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force"],
-                       cwd=course, check=True)
+                       cwd=course, env=env, check=True)
 
 
 def main(argv=None) -> int:
