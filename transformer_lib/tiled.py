@@ -19,7 +19,8 @@ across devices (split-K, ring attention).
 blocks and key blocks, each tile a (block_q, block_k) score matrix that lives only for one step.
 Its peak memory is linear in n, but its wall time is set by the Python loop and the many small
 kernels: a fused kernel (torch's SDPA, FlashAttention) does the same loop in registers and
-on-chip memory. Chapter 11 ("Exact attention in linear memory") teaches every function here.
+on-chip memory. Chapter 11 ("Exact attention in linear memory") teaches every function here; the tests hold
+:func:`tiled_attention` equal to the readable path.
 
 Conventions as everywhere in the library: q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v);
 masks boolean with ``True = may attend``, broadcastable to (..., L_q, L_k); a query row with no
@@ -51,7 +52,7 @@ def _safe_shift(m: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------
-# The online softmax (section "The online softmax")
+# The online softmax (chapter 11, "The online softmax, two blocks by hand")
 # --------------------------------------------------------------------------------------------
 
 def online_softmax_step(running_max: torch.Tensor, running_sum: torch.Tensor,
@@ -93,7 +94,7 @@ def online_softmax(scores: torch.Tensor, block: int = 64) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------
-# Which tiles are computed (section "Causal block skipping")
+# Which tiles are computed (chapter 11, "Causal block skipping")
 # --------------------------------------------------------------------------------------------
 
 def tile_schedule(L_q: int, L_k: int, block_q: int = 64, block_k: int = 64,
@@ -128,7 +129,7 @@ def count_tiles(L_q: int, L_k: int, block_q: int = 64, block_k: int = 64,
 
 
 # --------------------------------------------------------------------------------------------
-# Tiled attention (section "Building it with the library")
+# Tiled attention (chapter 11, "Tiled attention in twenty lines")
 # --------------------------------------------------------------------------------------------
 
 def _mask_tile(mask: torch.Tensor | None, q_slice: slice, k_slice: slice) -> torch.Tensor | None:
@@ -157,7 +158,8 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 
     Memory: besides q, k, v and the output, one (..., block_q, block_k) tile of scores and the
     (..., block_q, d_v) accumulator; never the (L_q, L_k) matrix. Half-precision inputs are
-    accumulated in float32, as fused kernels do.
+    accumulated in float32, as fused kernels do. Differentiable: the backward pass is tiled too
+    and recomputes each tile from the saved lse (see ``_TiledAttention``).
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
         if not isinstance(value, bool):
@@ -275,7 +277,7 @@ class _TiledAttention(torch.autograd.Function):
 
 
 # --------------------------------------------------------------------------------------------
-# Merging partial results (section "Splitting the keys: merging with the log-sum-exp")
+# Merging partial results (chapter 11, "Merging partial attentions")
 # --------------------------------------------------------------------------------------------
 
 def merge_partial_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

@@ -1,0 +1,57 @@
+"""Chapter 11 checkers: the reference solution and the alternatives pass, every wrong answer fails,
+stubs and crashes are reported, and no message gives the expected value away."""
+import re
+
+import pytest
+
+from transformer_lib.exercises import check, get, list_exercises
+from transformer_lib.tiled import count_tiles
+
+NAMES = ["flash.causal_tiles_skipped", "flash.merge", "flash.online_softmax_step", "flash.tile_update"]
+
+
+def test_the_chapter_registers_these_exercises():
+    assert list_exercises("flash.") == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_and_alternative_solutions_pass(name):
+    ex = get(name)
+    for answer in [ex.solution(), *ex.alternative_answers()]:
+        result = check(name, answer, quiet=True)
+        assert result.passed, result.message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wrong_answers_fail(name):
+    wrong = get(name).wrong_answers()
+    assert len(wrong) >= 4
+    for k, answer in enumerate(wrong):
+        result = check(name, answer, quiet=True)
+        assert not result.passed, f"{name}: wrong answer #{k} passed: {result.message}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stubs_and_crashes_are_reported_not_raised(name):
+    assert not check(name, None, quiet=True).passed
+
+    def crashes(*args):
+        raise RuntimeError("boom")
+
+    result = check(name, crashes, quiet=True)
+    assert not result.passed and "RuntimeError" in result.message
+
+
+def test_an_off_by_one_count_is_told_too_high_or_low_without_the_value():
+    def off_by_one(n, block_q, block_k):
+        computed, total = count_tiles(n, n, block_q, block_k, causal=True)
+        return total - computed + 1
+
+    result = check("flash.causal_tiles_skipped", off_by_one, quiet=True)
+    assert not result.passed and "too high" in result.message
+    assert not re.search(r"\b(2016|2080)\b", result.message)  # 64 x 64 grid: 2080 computed, 2016 skipped
+
+
+def test_a_tile_update_that_normalizes_early_is_caught_at_the_output():
+    result = check("flash.tile_update", get("flash.tile_update").wrong_answers()[2], quiet=True)
+    assert not result.passed and "acc / l" in result.message
