@@ -19,6 +19,7 @@ import time
 import torch
 
 import transformer_lib as tl
+from _results import write_results
 from transformer_lib.profiling import time_call, trace_ops
 from transformer_lib.rnn import torch_rnn
 
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     header = f"{'n':>6} | " + " | ".join(f"{k:>22}" for k in layers) + " | EncoderLayer vs nn.RNN"
     print(header)
     print("-" * len(header))
+    rows = []
     for n in args.lengths:
         x = torch.randn(args.batch, n, args.width, device=device, requires_grad=args.backward)
         for layer in layers.values():  # warm-up
@@ -74,12 +76,18 @@ def main(argv=None) -> int:
         ratio = times["EncoderLayer"] / times["nn.RNN"]
         verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster"
         print(f"{n:>6} | " + " | ".join(f"{t * 1e3:>19.2f} ms" for t in times.values()) + f" | {verdict:>22}", flush=True)
+        rows.append({"n": n, "seconds": times, "encoder_over_rnn": ratio})
 
     print("\n# critical path (dependent operations dispatched, trace_ops; width-independent)")
     small = build_layers(16, 4, device)
     for n in args.lengths:
         x = torch.randn(2, n, 16, device=device)
-        print(f"{n:>6} | " + " | ".join(f"{trace_ops(layer, x).depth:>22}" for layer in small.values()))
+        depths = {k: trace_ops(layer, x).depth for k, layer in small.items()}
+        print(f"{n:>6} | " + " | ".join(f"{d:>22}" for d in depths.values()))
+        next(r for r in rows if r["n"] == n)["critical_path"] = depths
+    if device.type == "cpu" and not args.backward:
+        write_results("rnn_vs_transformer", {"what": what, "width": args.width, "heads": args.heads,
+                                             "batch": args.batch, "repeats": args.repeats, "rows": rows})
     return 0
 
 
