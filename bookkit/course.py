@@ -38,7 +38,8 @@ from pathlib import Path
 from bookkit.conventions import (EXERCISE, KERNELSPEC, SOLUTION, chapter_files, check_names,
                                  is_check_cell, tags_of)
 
-__all__ = ["COURSE_ID", "POINTS", "grade_id", "solution_source", "graded_source", "source_notebook",
+__all__ = ["COURSE_ID", "POINTS", "grade_id", "check_call", "regrade_source", "solution_source",
+           "graded_source", "source_notebook",
            "write_course", "nbgrader_config", "release"]
 
 COURSE_ID = "transformers-interactively"
@@ -107,8 +108,8 @@ def solution_source(stub: str, solution: str) -> str:
     return "\n".join(header + hints + [indent + BEGIN] + body + [indent + END])
 
 
-def graded_source(check_cell: str) -> str:
-    """``check("name", answer)`` -> ``assert check("name", answer)`` plus a hidden regrade."""
+def check_call(check_cell: str) -> tuple[str, str]:
+    """(exercise name, answer expression) of a check cell ``check("name", answer)``."""
     names = check_names(check_cell)
     if len(names) != 1:
         raise ValueError(f"a check cell must check exactly one exercise, found {names or 'none'}")
@@ -116,14 +117,24 @@ def graded_source(check_cell: str) -> str:
              and getattr(node.func, "id", None) == "check"]
     if len(calls) != 1 or len(calls[0].args) != 2:
         raise ValueError(f"expected one call check({names[0]!r}, answer) in {check_cell!r}")
-    answer = ast.get_source_segment(check_cell, calls[0].args[1])
+    return names[0], ast.get_source_segment(check_cell, calls[0].args[1])
+
+
+def regrade_source(name: str, answer: str) -> str:
+    """An expression, True only when the registry's checker passes ``answer`` (no printed text)."""
+    return f"_get_exercise({name!r}).run({answer}).passed is True"
+
+
+def graded_source(check_cell: str) -> str:
+    """``check("name", answer)`` -> ``assert check("name", answer)`` plus a hidden regrade."""
+    name, answer = check_call(check_cell)
     visible = CHECK_STATEMENT.sub(r"\1assert check(", check_cell.rstrip("\n"))
     if visible == check_cell.rstrip("\n"):
         raise ValueError(f"the check call must be a statement of its own: {check_cell!r}")
     hidden = [BEGIN_HIDDEN,
               "# graded again through the registry: a rebound `check` cannot pass this",
               "from transformer_lib.exercises import get as _get_exercise",
-              f"assert _get_exercise({names[0]!r}).run({answer}).passed is True",
+              f"assert {regrade_source(name, answer)}",
               END_HIDDEN]
     return "\n".join([visible] + hidden)
 

@@ -167,7 +167,11 @@ def test_every_chapter_with_exercises_becomes_an_assignment(tmp_path):
         assert len(answer_cells(nb)) == len(graded_cells(nb))
         assert not any("solution" in c.metadata.get("tags", []) or "exercise" in c.metadata.get("tags", [])
                        for c in nb.cells)
-    assert set(graded) == set(REGISTRY), "every registered exercise is a graded cell"
+    in_chapters = {n for path in CHAPTERS.glob("[0-9][0-9]-*.ipynb")
+                   for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"
+                   for n in check_names(c.source)}
+    assert set(graded) == in_chapters, "every exercise checked in a chapter is a graded cell"
+    assert set(graded) <= set(REGISTRY)
     assert all(p == course.POINTS for p in graded.values())
     config = (tmp_path / "nbgrader_config.py").read_text()
     assert "c.CourseDirectory.course_id" in config and "ClearHiddenTests" in config
@@ -241,3 +245,29 @@ def test_grades_export_to_csv(graded):
     assert table[("01-attention", "solutions")] == 4.0
     assert table[("04-masking", "partial")] == 2.0
     assert table[("04-masking", "fakepass")] == 0.0
+
+
+# -- make progress: the same regrade, for a learner --------------------------------------------------
+
+def test_progress_regrades_and_ignores_printed_pass_lines(tmp_path):
+    """`make progress` on a student copy of chapter 0: a check cell edited to print PASS (and a
+    saved PASS output) reads "not yet"; the real answer reads "passed"."""
+    from bookkit import copies, progress
+    from bookkit.conventions import is_check_cell
+    full = nbformat.read(str(CHAPTERS / "00-how-to-use.ipynb"), as_version=4)
+    solution = next(c.source for c in full.cells if "solution" in c.metadata.get("tags", []))
+    cheat = copies.student_notebook(full)
+    for cell in cheat.cells:
+        if is_check_cell(cell):
+            cell.source = ('from transformer_lib.exercises import check\n'
+                           'print("PASS [intro.mean_of_squares]: all test inputs match.")')
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="PASS [intro.mean_of_squares]\n")]
+    (tmp_path / "cheat").mkdir()
+    nbformat.write(cheat, str(tmp_path / "cheat" / "00-how-to-use.ipynb"))
+    assert progress.notebook_progress(tmp_path / "cheat" / "00-how-to-use.ipynb") == {"intro.mean_of_squares": "not yet"}
+
+    solved = copies.student_notebook(full)
+    next(c for c in solved.cells if "exercise" in c.metadata.get("tags", [])).source = solution
+    (tmp_path / "solved").mkdir()
+    nbformat.write(solved, str(tmp_path / "solved" / "00-how-to-use.ipynb"))
+    assert progress.notebook_progress(tmp_path / "solved" / "00-how-to-use.ipynb") == {"intro.mean_of_squares": "passed"}
