@@ -4,39 +4,35 @@ Serves book/_build/html from 127.0.0.1 (building the book first if it is missing
 checks every page of the table of contents: it loads with no console error, no failed or
 off-machine request, MathJax has typeset every formula (no raw ``$...$`` left), every image has a
 non-zero natural size, solutions stay hidden until their toggle is clicked, and each static
-widget switches its displayed output when a control moves. Screenshots of two pages are saved
-under book/_build/screenshots/.
+widget switches its displayed output when a control moves. On a phone (390 px wide) no page
+scrolls sideways (wide code and tables scroll in their own box) and the widgets still respond;
+in the theme's dark mode every figure sits on a light background. Screenshots (desktop, phone,
+dark) are saved under book/_build/screenshots/.
 
 Chromium comes from `make browser-deps` (a prerequisite of `make test`). Without it this module
 skips locally and fails under CI (CI=true), so a missing browser cannot pass silently there.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import re
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from bookkit import build_book as book
+from bookkit.browser import CHROMIUM, chromium, serve, wait_for_mathjax
 
-
-CHROMIUM = Path("/usr/bin/chromium")
-# as root on a machine without outside network: no sandbox, no GPU, no background connections
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
 SCREENSHOTS = book.BOOK / "_build" / "screenshots"
 
 if not CHROMIUM.exists():
     if os.environ.get("CI"):
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs it", pytrace=False)
     pytest.skip(f"{CHROMIUM} is missing: run `make browser-deps`", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 
 def toc_pages() -> list[str]:
@@ -48,29 +44,16 @@ PAGES = toc_pages()
 CHAPTER_PAGES = [p for p in PAGES if p.startswith("chapters/")]
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest's output clean
-        pass
-
-
 @pytest.fixture(scope="module")
 def site():
-    html = book.ensure_built()
-    handler = functools.partial(_QuietHandler, directory=str(html))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve(book.ensure_built()) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+def browser():
+    with chromium() as b:
         yield b
-        b.close()
 
 
 class PageLog:
@@ -91,14 +74,11 @@ class PageLog:
         page.on("request", on_request)
 
 
-def open_page(browser, site: str, name: str):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+def open_page(browser, site: str, name: str, viewport: dict = DESKTOP):
+    page = browser.new_page(viewport=viewport)
     log = PageLog(page, site)
     page.goto(f"{site}/{name}.html", wait_until="load")
-    # MathJax 3 typesets asynchronously: wait for its startup promise where the page loads it
-    page.wait_for_function("() => !document.querySelector('script[src*=\"mathjax/tex-chtml\"]')"
-                           " || (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise)")
-    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    wait_for_mathjax(page)
     return page, log
 
 
@@ -247,6 +227,94 @@ def test_search_works_offline(browser, site):
         hits = page.locator("#search-results ul.search li")
         hits.first.wait_for(timeout=20_000)
         assert hits.count() >= 1
+        assert not log.problems, "\n".join(log.problems)
+    finally:
+        page.close()
+
+
+# -- phone and dark mode ----------------------------------------------------------------------
+_SIDEWAYS_JS = """() => {
+  const scrolls = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  const inScrollBox = e => { for (let a = e; a && a.tagName !== 'ARTICLE'; a = a.parentElement) if (scrolls(a)) return true;
+                             return false; };
+  const cut = [...document.querySelectorAll('article *')]
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !inScrollBox(e)
+                 && getComputedStyle(e).display !== 'none' && !e.closest('mjx-assistive-mml'))  // screen-reader copy
+    .map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.'));
+  return {page: document.scrollingElement.scrollWidth, view: window.innerWidth, cut: cut.slice(0, 5)};
+}"""
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_phone_width_never_scrolls_sideways(browser, site, name):
+    """390 px: the page body fits; anything wider (code, tables, display math) scrolls in its own box,
+    and a widget still switches its output when a control moves."""
+    page, log = open_page(browser, site, name, viewport=PHONE)
+    try:
+        fit = page.evaluate(_SIDEWAYS_JS)
+        assert fit["page"] <= fit["view"], f"{name}: the page is {fit['page']} px wide on a {fit['view']} px phone"
+        assert not fit["cut"], f"{name}: content wider than the phone outside a scroll box: {fit['cut']}"
+        widgets = page.locator(".tlib-widget")
+        if widgets.count():
+            w = widgets.first
+            w.scroll_into_view_if_needed()
+            before = _visible_panels(w)
+            assert _move_a_control(page, w), f"{name}: no control to move on the phone"
+            assert _visible_panels(w) != before, f"{name}: the widget did not respond on the phone"
+        if name.endswith(("00-how-to-use", "03-multi-head-attention")):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / f"phone-{Path(name).name}.png"), full_page=False)
+        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+    finally:
+        page.close()
+
+
+def _switch_to_dark(page) -> None:
+    """The theme's own colour-mode button, clicked as a reader would (light -> dark -> auto)."""
+    button = page.locator("button.theme-switch-button").first
+    for _ in range(3):
+        if page.evaluate("() => document.documentElement.dataset.theme") == "dark":
+            return
+        button.click()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark", "no dark mode"
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b, *alpha = [float(v) for v in re.findall(r"[\d.]+", css_color)]
+    if alpha and alpha[0] == 0:
+        return 0.0  # transparent: the dark page shows through
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
+def test_dark_mode_figures_sit_on_a_light_card(browser, site, name):
+    page, log = open_page(browser, site, name)
+    try:
+        _switch_to_dark(page)
+        page_bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert _luminance(page_bg) < 0.3, f"{name}: dark mode left a light page ({page_bg})"
+        backgrounds = page.evaluate("() => [...document.querySelectorAll('article img')]"
+                                    ".map(i => getComputedStyle(i).backgroundColor)")
+        dark = [bg for bg in backgrounds if _luminance(bg) < 0.9]
+        assert not dark, f"{name}: {len(dark)} of {len(backgrounds)} figures lack a light card: {dark[:3]}"
+        if name.endswith("01-attention"):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.locator("article img").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOTS / "dark-01-attention.png"), full_page=False)
+        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+    finally:
+        page.close()
+
+
+def test_launch_buttons_load_nothing_until_clicked(browser, site):
+    """The Binder and JupyterHub links are on the page, and opening it fetched nothing off-machine."""
+    name = CHAPTER_PAGES[0]
+    page, log = open_page(browser, site, name)
+    try:
+        hrefs = page.evaluate("() => [...document.querySelectorAll('a')].map(a => a.href)")
+        assert any("/v2/gh/" in h and "urlpath=lab" in h for h in hrefs), "no Binder button"
+        assert any("/hub/user-redirect/git-pull?" in h for h in hrefs), "no JupyterHub button"
+        assert any(h.endswith(f"_sources/{name}.ipynb") for h in hrefs), "no download button"
         assert not log.problems, "\n".join(log.problems)
     finally:
         page.close()
