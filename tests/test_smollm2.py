@@ -60,3 +60,125 @@ def test_tokenizer_vocabulary_and_special_tokens(tokenizer):
     assert tokenizer.encode("<|im_start|>").ids == [1]  # a special token is never split
     # digits are split one by one (llama.cpp's "smollm" pre-tokenizer)
     assert [tokenizer.decode([i]) for i in tokenizer.encode("2024").ids] == ["2", "0", "2", "4"]
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+import torch  # noqa: E402
+
+from transformer_lib.pretrained import load_smollm2  # noqa: E402
+
+PROMPTS = ["What is the capital of France?", "def fibonacci(n):\n    if n < 2:", "Ünïcödé and 12345 numbers",
+           "The quick brown fox jumps over the lazy dog. " * 3]
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_smollm2("cpu")
+
+
+@pytest.fixture(scope="module")
+def reference_model():
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from transformers import AutoModelForCausalLM
+    path = smollm2_gguf_path()
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+def test_weights_equal_reference_after_unpermuting_q_and_k(lm, reference_model):
+    """transformers dequantizes the same file and undoes llama.cpp's W^Q/W^K row permutation:
+    ours must hold the very same numbers."""
+    ref = reference_model.state_dict()
+    for i in (0, lm.config.num_layers - 1):
+        ours = lm.model.blocks[i]
+        for mine, theirs in ((ours.attn.q_proj, "self_attn.q_proj"), (ours.attn.k_proj, "self_attn.k_proj"),
+                             (ours.attn.v_proj, "self_attn.v_proj"), (ours.ffn.linear1, "mlp.gate_proj")):
+            assert torch.equal(mine.weight, ref[f"model.layers.{i}.{theirs}.weight"])
+    assert torch.equal(lm.model.embed.weight, ref["model.embed_tokens.weight"])
+
+
+def test_logits_equal_reference(lm, reference_model):
+    """Same weights, same float32 operations up to summation order: logits (|z| up to ~35) agree to
+    1e-4, a few units of float32 rounding (6e-8 relative) carried through 30 blocks."""
+    for text in PROMPTS:
+        ids = lm.tokenizer.encode(text).ids
+        ours = lm.logits(text)
+        with torch.no_grad():
+            theirs = reference_model(torch.tensor([ids])).logits[0]
+        assert ours.shape == (len(ids), 49152) and ours.dtype == torch.float32
+        torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_greedy_generation_equals_reference(lm, reference_model):
+    for prompt, n in ((QUESTION, 16), ("def fibonacci(n):", 24)):
+        ids = lm.prompt_ids(prompt)
+        with torch.no_grad():
+            out = reference_model.generate(ids[None], attention_mask=torch.ones_like(ids[None]), max_new_tokens=n,
+                                           do_sample=False, eos_token_id=lm.eos_id, pad_token_id=lm.eos_id)
+        assert lm.generate_ids(prompt, max_new_tokens=n) == out[0, len(ids):].tolist()
+    assert lm.generate(QUESTION, max_new_tokens=16).strip() == "The capital of France is Paris."
+
+
+def test_cached_logits_equal_uncached(lm):
+    """Prefill 5 tokens, then one token at a time through the KV cache. The matmuls see different
+    row counts (other blocking, other summation order), so the logits agree to float32 rounding
+    amplified by 30 blocks: 3e-4 (1e-5 of the logits' range); the argmax agrees exactly."""
+    ids = torch.tensor(lm.tokenizer.encode(PROMPTS[3]).ids)[None]  # (1, L)
+    with torch.no_grad():
+        full = lm.model(ids)[0]
+        cache = lm.model.new_cache()
+        parts = [lm.model(ids[:, :5], cache=cache)[0]]
+        parts += [lm.model(ids[:, i:i + 1], cache=cache)[0] for i in range(5, ids.shape[1])]
+    stepped = torch.cat(parts)
+    torch.testing.assert_close(stepped, full, atol=3e-4, rtol=0)
+    assert torch.equal(stepped.argmax(-1), full.argmax(-1))
+    assert cache.length == ids.shape[1]
+    assert cache.nbytes() == ids.shape[1] * 30 * 2 * 3 * 64 * 4
+
+
+def test_logits_take_text_or_ids(lm):
+    text = "Hello there"
+    ids = lm.tokenizer.encode(text).ids
+    assert lm.add_bos is False  # the GGUF says tokenizer.ggml.add_bos_token = False
+    a, b, c = lm.logits(text), lm.logits(ids), lm.logits(torch.tensor(ids))
+    assert a.shape == (len(ids), 49152)
+    assert torch.equal(a, b) and torch.equal(b, c)
+    with_bos = lm.logits([lm.bos_id] + ids)  # ids are taken as they are
+    assert with_bos.shape[0] == len(ids) + 1
+
+
+def test_chat_template_equals_reference(lm, reference_tokenizer):
+    conversations = [
+        QUESTION,
+        [{"role": "system", "content": "You answer in one word."}, {"role": "user", "content": "Color of the sky?"}],
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+         {"role": "user", "content": "Count to 3."}],
+    ]
+    for messages in conversations:
+        for gen in (True, False):
+            assert lm.chat(messages, add_generation_prompt=gen) == reference_tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=gen)
+
+
+def test_sampling_is_seeded(lm):
+    kwargs = dict(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7)
+    a = lm.generate("Once upon a time", **kwargs)
+    assert a == lm.generate("Once upon a time", **kwargs)
+    assert lm.generate("Once upon a time", max_new_tokens=8, temperature=0) == \
+        lm.tokenizer.decode(lm.generate_ids("Once upon a time", max_new_tokens=8), skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("call", [
+    lambda lm: lm.logits([]), lambda lm: lm.logits([[1, 2]]), lambda lm: lm.logits(3.5),
+    lambda lm: lm.logits([49152]), lambda lm: lm.logits(torch.tensor([1.0, 2.0])),
+    lambda lm: lm.chat([]), lambda lm: lm.chat([{"role": "robot", "content": "hi"}]),
+    lambda lm: lm.chat([{"role": "user", "content": 3}]), lambda lm: lm.generate("hi", max_new_tokens=-1),
+    lambda lm: lm.generate("hi", max_new_tokens=2, temperature=1.0, top_p=0.0),
+    lambda lm: lm.generate("hi", max_new_tokens=2, temperature=-1.0), lambda lm: lm.generate("", max_new_tokens=2),
+    lambda lm: lm.beam_search("hi", num_beams=0),
+])
+def test_bad_input_raises_value_error(lm, call):
+    with pytest.raises(ValueError):
+        call(lm)

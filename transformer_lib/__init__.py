@@ -15,6 +15,9 @@ Modules, one concept each:
   work and depth levels
 * :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels
 * :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
+* :mod:`.grouped_query` grouped-query attention; :mod:`.kv_cache` the key/value cache;
+  :mod:`.sampling` decoding strategies (greedy, temperature, top-k, top-p, repetition penalty,
+  beam search); SmolLM2 in :mod:`.pretrained.smollm2` (chapter 17)
 * :mod:`.tasks` every synthetic data set; :mod:`.toy_models` the small models chapters train (one
   stem, ``.blocks``); :mod:`.probes` recording attention, head scores, Jacobian dependency maps,
   gradient norms; :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the
@@ -29,6 +32,8 @@ from .attention import attention_fast, scaled_dot_product_attention
 from .cost import block_flops, block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
+from .grouped_query import GroupedQueryAttention
+from .kv_cache import KVCache, cache_bytes_per_token
 from .layers import DecoderLayer, EncoderLayer
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,
                     key_padding_to_mask, padding_mask, prefix_lm_mask, sliding_window_mask, to_torch_mha_mask)

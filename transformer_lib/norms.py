@@ -72,8 +72,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_model:
             raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
-        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return self.weight * (x / rms)
+        inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1): 1 / rms
+        return self.weight * (x * inv_rms)  # the same rounding as Llama / torch.nn.RMSNorm (chapter 17 parity)
 
 
 class TokenBatchNorm(nn.Module):

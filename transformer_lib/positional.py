@@ -21,6 +21,9 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
     "apply_rotary",
+    "rotary_angles",
+    "rotate",
+    "ROTARY_STYLES",
     "alibi_slopes",
     "alibi_bias",
 ]
@@ -81,35 +84,71 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.dropout(x + self.embedding(positions))  # (B, L, D) + (L, D)
 
 
-def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotate consecutive feature pairs (x[2i], x[2i+1]) of ``x`` (..., L, d) by ``pos * theta_i``,
-    ``theta_i = base^(-2i/d)``. Because rotations compose, <R(m) q, R(n) k> = <q, R(n - m) k>."""
+ROTARY_STYLES = ("interleaved", "halves")
+
+
+def rotary_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
+    """(L, d/2) angles ``pos * theta_i``, ``theta_i = 1 / base^(2i/d)`` (float32)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) / d)  # (d/2,)
+    return positions.to(torch.float32).unsqueeze(-1) * inv_freq  # (L, d/2)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "interleaved") -> torch.Tensor:
+    """Rotate the feature pairs of ``x`` (..., L, d) by the angles whose cos/sin are (L, d/2).
+
+    ``style="interleaved"``: pairs are neighbours (x[2i], x[2i+1]), as in the RoFormer paper and
+    llama.cpp's GGUF layout. ``style="halves"``: pairs are (x[i], x[i + d/2]), as in the original
+    Llama / SmolLM2 checkpoints ("rotate_half"). The two are the same rotation up to a fixed
+    permutation of the features, which a model folds into its W^Q and W^K (chapter 17)."""
+    if style == "interleaved":
+        x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
+        out = torch.empty_like(x)
+        out[..., 0::2] = x_even * cos - x_odd * sin
+        out[..., 1::2] = x_even * sin + x_odd * cos
+        return out
+    if style == "halves":
+        x1, x2 = x.chunk(2, dim=-1)  # (..., L, d/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., L, d)
+    raise ValueError(f"style must be one of {ROTARY_STYLES}, got {style!r}")
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
+                 style: str = "interleaved") -> torch.Tensor:
+    """Rotate the feature pairs of ``x`` (..., L, d) by ``pos * theta_i``, ``theta_i = base^(-2i/d)``
+    (pairs as ``style`` says: see :func:`rotate`). Because rotations compose,
+    <R(m) q, R(n) k> = <q, R(n - m) k>."""
     d = x.shape[-1]
     if d % 2:
         raise ValueError(f"RoPE needs an even head dimension, got {d}")
-    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)  # (d/2,)
-    angles = positions.to(torch.float32).unsqueeze(-1) * inv_freq  # (L, d/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
-    out = torch.empty_like(x)
-    out[..., 0::2] = x_even * cos - x_odd * sin
-    out[..., 1::2] = x_even * sin + x_odd * cos
-    return out
+    angles = rotary_angles(positions, d, base)  # (L, d/2)
+    return rotate(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype), style)
 
 
 class RotaryEmbedding(nn.Module):
     """RoPE (Su et al. 2021) as a module: ``rope(x, offset=0)`` rotates (..., L, d_k) by positions
     ``offset .. offset + L - 1``. Plug it into :class:`MultiHeadAttention` via ``rotary=``."""
 
-    def __init__(self, d_k: int, base: float = 10000.0):
+    def __init__(self, d_k: int, base: float = 10000.0, style: str = "interleaved"):
         super().__init__()
         if d_k % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {d_k}")
-        self.d_k, self.base = d_k, base
+        if style not in ROTARY_STYLES:
+            raise ValueError(f"style must be one of {ROTARY_STYLES}, got {style!r}")
+        self.d_k, self.base, self.style = d_k, base, style
+        self._table = None  # (cos, sin), each (L_max, d/2): decoding reuses it token after token
+
+    def cos_sin(self, end: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the angles of positions 0 .. end - 1, (end, d/2) each (a growing cache)."""
+        if self._table is None or self._table[0].shape[0] < end or self._table[0].device != torch.device(device) \
+                or self._table[0].dtype != dtype:
+            angles = rotary_angles(torch.arange(max(end, 256), device=device), self.d_k, self.base)
+            self._table = (angles.cos().to(dtype), angles.sin().to(dtype))
+        return self._table
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
-        return apply_rotary(x, positions, self.base)
+        L = x.shape[-2]
+        cos, sin = self.cos_sin(offset + L, x.device, x.dtype)
+        return rotate(x, cos[offset:offset + L], sin[offset:offset + L], self.style)  # rows = positions
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:

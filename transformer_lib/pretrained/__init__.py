@@ -9,4 +9,4 @@ import importlib.util  # noqa: F401  (tests hide packages through pretrained.imp
 
 from .minilm import (INSTALL_HINT, MINILM_PACKAGE, BertEmbeddings, BertEncoder, MiniLMConfig,
                      PretrainedEncoder, bert_name_map, cosine_matrix, load_minilm, mean_pool, minilm_dir)
-from .smollm2 import SMOLLM2_INSTALL_HINT, load_smollm2_tokenizer, smollm2_gguf_path
+from .smollm2 import SMOLLM2_INSTALL_HINT, SmolLM2, load_smollm2, load_smollm2_tokenizer, smollm2_gguf_path

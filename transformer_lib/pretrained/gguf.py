@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["GGUF_INSTALL_HINT", "read_gguf_metadata", "read_gguf_tensors", "unpermute_rotary_rows",
+__all__ = ["GGUF_INSTALL_HINT", "read_gguf", "read_gguf_metadata", "read_gguf_tensors", "unpermute_rotary_rows",
            "bpe_tokenizer_from_gguf", "PRE_TOKENIZERS"]
 
 GGUF_INSTALL_HINT = "pip install gguf tokenizers"
@@ -50,11 +50,21 @@ def _reader(path: str | Path):
     return gguf.GGUFReader(str(path))  # a memory map: nothing is copied yet
 
 
+def read_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``(metadata, tensors)`` of a GGUF file from one parse: see :func:`read_gguf_metadata` and
+    :func:`read_gguf_tensors`."""
+    reader = _reader(path)
+    return _metadata(reader, True), _tensors(reader, dtype)
+
+
 def read_gguf_metadata(path: str | Path, include_tokenizer: bool = True) -> dict[str, Any]:
     """All key/value metadata of a GGUF file as plain Python values (str, int, float, bool, list).
 
     ``include_tokenizer=False`` skips the large vocabulary/merges arrays (faster)."""
-    reader = _reader(path)
+    return _metadata(_reader(path), include_tokenizer)
+
+
+def _metadata(reader, include_tokenizer: bool) -> dict[str, Any]:
     meta = {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or (not include_tokenizer and key in _LARGE_KEYS):
@@ -68,13 +78,19 @@ def read_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.float32) -> d
 
     Shapes are PyTorch's: GGUF lists dimensions fastest-first ([576, 49152] for the embedding),
     the arrays ``gguf`` returns are already row-major (49152, 576) = (vocab, d_model)."""
-    reader = _reader(path)
+    return _tensors(_reader(path), dtype)
+
+
+def _tensors(reader, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     from gguf.quants import dequantize
 
     tensors = {}
     for t in reader.tensors:
         array = dequantize(t.data, t.tensor_type)  # float32, row-major, shape = reversed(t.shape)
-        tensors[t.name] = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(dtype)
+        array = np.asarray(array, dtype=np.float32)
+        if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
+            array = array.copy()
+        tensors[t.name] = torch.from_numpy(array).to(dtype)
     return tensors
 
 

@@ -1,0 +1,128 @@
+"""Text generation speed: the library's SmolLM2 with and without its KV cache vs transformers.
+
+    nice .venv/bin/python benchmarks/generate.py           # the full table (a few minutes)
+    .venv/bin/python benchmarks/generate.py --quick        # 32 new tokens, one round
+
+Setting (issue 15): SmolLM2-135M-Instruct from the packaged GGUF, dequantized to float32, batch
+1, CPU, greedy, 128 new tokens after a 64-token prompt (``min_new_tokens`` keeps transformers from
+stopping early; the library's loop is given no end token). Three generators on the same weights:
+
+* cached   - ``transformer_lib.sampling.generate_ids`` with the KV cache (prefill, then one token
+             per step);
+* uncached - the same loop re-running the whole sequence every step;
+* reference - ``transformers``' own ``generate`` (its DynamicCache) on the model it reads from
+             the same GGUF file.
+
+Method: one warm-up, then ``--rounds`` rounds taking turns (cached, reference, uncached in
+each), median tokens/s per generator (prefill included, as a user sees it). Then the cost of one
+step at a 512-token context: the median of ``--steps`` cached steps (one token, 512 in the cache)
+against uncached steps (a forward pass over 513 tokens, last position's logits only).
+
+It prints, asserts nothing, and writes benchmarks/results/generate.json (with the machine and
+its load average) for chapter 17. Run it on a quiet machine; torch uses ``--threads`` threads.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from _results import describe, machine, write_results  # noqa: E402
+
+from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
+from transformer_lib.sampling import generate_ids  # noqa: E402
+
+TEXT = ("The history of computing is a story of people who wanted machines to do arithmetic for them. "
+        "Charles Babbage designed an engine of brass gears, Ada Lovelace wrote programs for it, and a "
+        "century later electronic computers filled whole rooms. Today a phone holds more memory than")
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="32 new tokens, one round, 3 steps")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    new_tokens, prompt_len, context = (32 if args.quick else 128), 64, 512
+    rounds, steps = (1, 3) if args.quick else (args.rounds, args.steps)
+
+    lm = load_smollm2("cpu")
+    model = lm.model
+    prompt = lm.tokenizer.encode(TEXT * 4).ids[:prompt_len]
+    from transformers import AutoModelForCausalLM, __version__ as tf_version
+    path = smollm2_gguf_path()
+    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    ref_ids = torch.tensor([prompt])
+
+    def ours(use_cache):
+        return generate_ids(model, prompt, new_tokens, temperature=0.0, eos_id=None, use_cache=use_cache)
+
+    def reference():
+        with torch.no_grad():
+            out = ref.generate(ref_ids, attention_mask=torch.ones_like(ref_ids), max_new_tokens=new_tokens,
+                               min_new_tokens=new_tokens, do_sample=False, pad_token_id=lm.eos_id)
+        return out[0, len(prompt):].tolist()
+
+    same = ours(True) == reference()  # warm-up, and the greedy tokens must agree
+    times = {"cached": [], "reference": [], "uncached": []}
+    for _ in range(rounds):
+        times["cached"].append(timed(lambda: ours(True)))
+        times["reference"].append(timed(reference))
+        times["uncached"].append(timed(lambda: ours(False)))
+    tok_s = {k: new_tokens / statistics.median(v) for k, v in times.items()}
+
+    # one step at a 512-token context
+    long_ids = torch.tensor([(lm.tokenizer.encode(TEXT * 30).ids * 2)[:context + 1]])  # (1, 513)
+    cache = model.new_cache(initial_capacity=1024)
+    with torch.no_grad():
+        model(long_ids[:, :context], cache=cache, last_only=True)
+        cached_steps, uncached_steps = [], []
+        for _ in range(steps):
+            saved = list(cache.lengths)
+            cached_steps.append(timed(lambda: model(long_ids[:, context:], cache=cache, last_only=True)))
+            cache.lengths = saved  # the next step overwrites the same slot: the context stays 512
+            uncached_steps.append(timed(lambda: model(long_ids, last_only=True)))
+    step_cached, step_uncached = statistics.median(cached_steps), statistics.median(uncached_steps)
+
+    rows = [{"generator": k, "tokens_per_s": round(v, 2)} for k, v in tok_s.items()]
+    print(f"# SmolLM2-135M fp32, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; "
+          f"{args.threads} threads; transformers {tf_version}")
+    print(f"# {describe(machine())}")
+    print(f"{'generator':<12}{'tokens/s':>10}")
+    for r in rows:
+        print(f"{r['generator']:<12}{r['tokens_per_s']:>10.1f}")
+    ratio = tok_s["cached"] / tok_s["reference"]
+    print(f"cached / reference = {ratio:.2f}  (target >= 1.0); greedy tokens identical: {same}")
+    print(f"one step at {context} tokens of context: cached {1e3 * step_cached:.1f} ms, uncached "
+          f"{1e3 * step_uncached:.1f} ms, speedup {step_uncached / step_cached:.1f}x  (target >= 5x)")
+    if not args.no_write and not args.quick:
+        write_results("generate", {
+            "setting": {"model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)", "batch": 1,
+                        "dtype": "float32", "device": "cpu", "decoding": "greedy", "prompt_tokens": prompt_len,
+                        "new_tokens": new_tokens, "threads": args.threads, "rounds": rounds,
+                        "transformers": tf_version},
+            "rows": rows, "cached_over_reference": round(ratio, 3), "greedy_tokens_identical": same,
+            "step_context": context, "step_cached_ms": round(1e3 * step_cached, 2),
+            "step_uncached_ms": round(1e3 * step_uncached, 2),
+            "cache_speedup_at_context": round(step_uncached / step_cached, 2)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The key/value cache: what a decoder remembers between generation steps (chapter 17).
+
+A causal decoder computes, for every new token, its query, key and value in every layer. The
+keys and values of the earlier tokens never change (they only see tokens before them), so a
+decoder that recomputes them at every step does the same work again and again: step t costs a
+forward pass over t tokens, and generating n tokens costs O(n^2) token-passes. Keeping each
+layer's keys and values turns step t into one token's pass plus attention over the t cached keys.
+
+The price is memory, per token of context::
+
+    bytes per token = layers x 2 (K and V) x kv_heads x head_dim x bytes per number
+
+Grouped-query attention (:mod:`transformer_lib.grouped_query`) shrinks it by caching fewer
+key/value heads than query heads. :func:`cache_bytes_per_token` is the formula;
+:meth:`KVCache.nbytes` measures the tensors actually held.
+
+``KVCache`` keeps one preallocated (B, H_kv, capacity, d) buffer per layer for keys and one for
+values and writes each step into it in place (capacity doubles when full), so a step does not copy
+the whole history the way ``torch.cat`` would.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["KVCache", "cache_bytes_per_token"]
+
+
+def cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: int = 4) -> int:
+    """Bytes the cache grows by per token: ``num_layers * 2 * num_kv_heads * head_dim * bytes``."""
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                        ("bytes_per_element", bytes_per_element)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return num_layers * 2 * num_kv_heads * head_dim * bytes_per_element
+
+
+class KVCache:
+    """Per-layer keys and values of the tokens seen so far.
+
+    ``update(layer, k, v)`` appends the new (B, H_kv, L_new, d) keys/values of ``layer`` and
+    returns all of them so far, (B, H_kv, L_past + L_new, d) each (views into the buffer).
+    :attr:`length` is the number of cached positions (the offset of the next token's position).
+    Every layer must be updated once per step, in any order; the length advances when the last
+    layer has been updated.
+    """
+
+    def __init__(self, num_layers: int, initial_capacity: int = 256):
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+        if initial_capacity < 1:
+            raise ValueError(f"initial_capacity must be >= 1, got {initial_capacity}")
+        self.num_layers, self.initial_capacity = num_layers, initial_capacity
+        self.keys: list[torch.Tensor | None] = [None] * num_layers  # (B, H_kv, capacity, d) buffers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.lengths = [0] * num_layers
+
+    @property
+    def length(self) -> int:
+        """Cached positions (all layers agree between steps)."""
+        return min(self.lengths)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer}")
+        if k.dim() != 4 or k.shape != v.shape:
+            raise ValueError(f"expected k and v of equal shape (B, H_kv, L, d), got {tuple(k.shape)} and {tuple(v.shape)}")
+        start, new = self.lengths[layer], k.shape[2]
+        buf_k, buf_v = self.keys[layer], self.values[layer]
+        if buf_k is not None and (buf_k.shape[:2] != k.shape[:2] or buf_k.shape[3] != k.shape[3]):
+            raise ValueError(f"cached keys are (B, H_kv, ., d) = {tuple(buf_k.shape)}, new keys {tuple(k.shape)} do not fit")
+        if buf_k is None or start + new > buf_k.shape[2]:
+            capacity = max(self.initial_capacity, 2 * (start + new))
+            B, H, _, d = k.shape
+            grown_k = k.new_empty(B, H, capacity, d)  # (B, H_kv, capacity, d)
+            grown_v = v.new_empty(B, H, capacity, d)
+            if buf_k is not None:
+                grown_k[:, :, :start] = buf_k[:, :, :start]
+                grown_v[:, :, :start] = buf_v[:, :, :start]
+            self.keys[layer], self.values[layer] = buf_k, buf_v = grown_k, grown_v
+        buf_k[:, :, start:start + new] = k  # written in place: no copy of the history
+        buf_v[:, :, start:start + new] = v
+        self.lengths[layer] = start + new
+        return buf_k[:, :, :start + new], buf_v[:, :, :start + new]  # (B, H_kv, L_total, d) views
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search: each surviving beam takes its parent's cache)."""
+        for i in range(self.num_layers):
+            if self.keys[i] is not None:
+                self.keys[i] = self.keys[i].index_select(0, index)
+                self.values[i] = self.values[i].index_select(0, index)
+
+    def nbytes(self) -> int:
+        """Bytes of the cached keys and values (the used part of the buffers)."""
+        total = 0
+        for k, v, n in zip(self.keys, self.values, self.lengths):
+            if k is not None:
+                total += (k[:, :, :n].numel() + v[:, :, :n].numel()) * k.element_size()
+        return total
+
+    def __repr__(self) -> str:
+        return f"KVCache(layers={self.num_layers}, length={self.length}, {self.nbytes() / 2**20:.2f} MiB)"

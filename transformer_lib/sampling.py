@@ -1,0 +1,200 @@
+"""From logits to text: decoding strategies for a language model (chapter 17).
+
+A decoder gives, at each step, logits z over the vocabulary; softmax(z) is its next-token
+distribution. A decoding strategy turns that into one token:
+
+* greedy: ``argmax z`` (temperature 0). Deterministic, often repetitive.
+* temperature T: softmax(z / T). T < 1 sharpens the distribution toward greedy, T > 1 flattens it.
+* top-k: keep the k most likely tokens, renormalize.
+* top-p (nucleus, Holtzman et al. 2020): keep the *smallest* set of most likely tokens whose
+  probabilities add up to at least p, renormalize. Adapts to how peaked the distribution is.
+* repetition penalty (CTRL, Keskar et al. 2019): for tokens already in the text, divide a
+  positive logit by the penalty (multiply a negative one), making repeats less likely.
+* beam search: keep the ``num_beams`` most likely partial continuations (sum of log-probs),
+  extend each by every token, keep the best again; returns the best finished one.
+
+Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, V).
+:func:`generate_ids` runs a decoder token by token, with or without its KV cache
+(:mod:`transformer_lib.kv_cache`); :func:`beam_search` reorders the cache as beams survive.
+The model protocol: ``model(ids (B, L), cache=None, last_only=True) -> logits (B, 1, V)`` and
+``model.new_cache() -> KVCache``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["apply_temperature", "top_k_filter", "top_p_filter", "apply_repetition_penalty",
+           "next_token_probs", "sample_next", "generate_ids", "beam_search"]
+
+
+def _check_logits(logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor) or logits.dim() not in (1, 2) or not logits.is_floating_point():
+        raise ValueError(f"logits must be a float tensor (V,) or (B, V), got "
+                         f"{getattr(logits, 'dtype', type(logits))} of shape {tuple(getattr(logits, 'shape', ()))}")
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """z / T (T > 0). Use greedy (argmax) for T = 0."""
+    _check_logits(logits)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 here (0 means greedy: take the argmax), got {temperature}")
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits per row (ties with the k-th are kept), others -> -inf."""
+    _check_logits(logits)
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"top_k must be a positive integer, got {k!r}")
+    k = min(k, logits.shape[-1])
+    kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens with total probability >= p, others -> -inf.
+
+    Sort descending; token i (in sorted order) is kept when the mass *before* it is < p, so the
+    kept prefix is the shortest one whose mass reaches p (the top token is always kept)."""
+    _check_logits(logits)
+    if not 0 < p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the tokens ranked above
+    keep_sorted = mass_before < p
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def apply_repetition_penalty(logits: torch.Tensor, previous_ids, penalty: float) -> torch.Tensor:
+    """CTRL's penalty on the tokens in ``previous_ids`` (1-D ids, for a (V,) row or every row):
+    positive logits are divided by ``penalty``, negative ones multiplied. ``penalty=1`` is a no-op."""
+    _check_logits(logits)
+    if not penalty > 0:
+        raise ValueError(f"repetition penalty must be > 0 (1 = none), got {penalty}")
+    if penalty == 1:
+        return logits
+    ids = torch.as_tensor(previous_ids, dtype=torch.long, device=logits.device).unique()
+    if ids.numel() == 0:
+        return logits
+    seen = logits[..., ids]
+    out = logits.clone()
+    out[..., ids] = torch.where(seen > 0, seen / penalty, seen * penalty)
+    return out
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None, repetition_penalty: float = 1.0, previous_ids=()) -> torch.Tensor:
+    """The distribution a strategy samples from (what chapter 17 plots). ``temperature=0``: a
+    one-hot vector on the argmax (greedy)."""
+    _check_logits(logits)
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    logits = apply_repetition_penalty(logits, previous_ids, repetition_penalty)
+    if temperature == 0:
+        return torch.zeros_like(logits).scatter(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return logits.softmax(dim=-1)
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None,
+                repetition_penalty: float = 1.0, previous_ids=()) -> torch.Tensor:
+    """One token per row: (V,) -> () or (B, V) -> (B,). Greedy when ``temperature == 0``."""
+    probs = next_token_probs(logits, temperature, top_k, top_p, repetition_penalty, previous_ids)
+    if temperature == 0:
+        return probs.argmax(-1)
+    flat = probs.reshape(-1, probs.shape[-1])  # (B, V)
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def _generator(seed: int | None, device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+@torch.no_grad()
+def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
+                 eos_id: int | None = None, use_cache: bool = True) -> list[int]:
+    """New token ids after ``prompt_ids`` (1-D), one at a time, stopping at ``eos_id`` (kept).
+
+    With ``use_cache`` the prompt is run once (prefill) and each later step feeds only the newest
+    token; without it every step re-runs the whole sequence (same tokens, more work)."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
+    if ids.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
+    gen = _generator(seed, device)
+    cache = model.new_cache() if use_cache else None
+    new: list[int] = []
+    feed = ids  # what the next forward pass sees
+    for _ in range(max_new_tokens):
+        logits = model(feed, cache=cache, last_only=True)[0, -1]  # (V,)
+        token = int(sample_next(logits, temperature, top_k, top_p, gen, repetition_penalty, ids[0]))
+        new.append(token)
+        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)  # (1, L + 1)
+        if eos_id is not None and token == eos_id:
+            break
+        feed = ids[:, -1:] if use_cache else ids
+    return new
+
+
+@torch.no_grad()
+def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: int | None = None,
+                length_penalty: float = 1.0) -> tuple[list[int], float]:
+    """Beam search with the KV cache; returns ``(best new ids, its score)``, score = sum of
+    log-probs / (new length ** length_penalty). Finished beams (ending in ``eos_id``) leave the beam."""
+    if not isinstance(num_beams, int) or num_beams < 1:
+        raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    device = next(model.parameters()).device
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
+    if prompt.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
+    cache = model.new_cache()
+    log_probs = model(prompt, cache=cache, last_only=True)[:, -1].log_softmax(-1)  # (1, V)
+    beams: list[list[int]] = [[]]
+    scores = torch.zeros(1, device=device)  # (K,) sum of log-probs per live beam
+    finished: list[tuple[float, list[int]]] = []
+
+    def normalized(total: float, length: int) -> float:
+        return total / (max(length, 1) ** length_penalty)
+
+    for step in range(max_new_tokens):
+        V = log_probs.shape[-1]
+        total = (scores[:, None] + log_probs).reshape(-1)  # (K * V,) every one-token extension
+        top_scores, top_index = total.topk(min(2 * num_beams, total.numel()))
+        next_beams, next_scores, parents = [], [], []
+        for s, i in zip(top_scores.tolist(), top_index.tolist()):
+            parent, token = divmod(i, V)
+            seq = beams[parent] + [token]
+            if eos_id is not None and token == eos_id:
+                finished.append((normalized(s, len(seq)), seq))
+            else:
+                next_beams.append(seq), next_scores.append(s), parents.append(parent)
+            if len(next_beams) == num_beams:
+                break
+        best_alive = max(normalized(s, len(b)) for s, b in zip(next_scores, next_beams)) if next_beams else -math.inf
+        if not next_beams or step == max_new_tokens - 1 or (
+                len(finished) >= num_beams and max(f[0] for f in finished) >= best_alive):
+            break
+        cache.reorder(torch.tensor(parents, device=device))  # each beam keeps its parent's past
+        beams, scores = next_beams, torch.tensor(next_scores, device=device)
+        last = torch.tensor([[b[-1]] for b in beams], device=device)  # (K, 1)
+        log_probs = model(last, cache=cache, last_only=True)[:, -1].log_softmax(-1)  # (K, V)
+    candidates = finished + [(normalized(s, len(b)), b) for s, b in zip(next_scores, next_beams)]
+    best = max(candidates, key=lambda c: c[0])
+    return best[1], best[0]
