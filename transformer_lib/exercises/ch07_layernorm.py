@@ -5,8 +5,6 @@ usual slips: the unbiased variance (dividing by d - 1), statistics over the wron
 forgotten epsilon (a constant token has zero variance), padding counted in BatchNorm's
 statistics, and the Post-LN order where Pre-LN was asked for.
 """
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F

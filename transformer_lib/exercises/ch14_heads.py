@@ -11,7 +11,7 @@ from ..layers import EncoderLayer
 from ..multihead import split_heads
 from ..pretrained import cosine_matrix, mean_pool
 from ..probes import diagonal_score
-from ._core import NotYet, compare_arrays, compare_function, exercise, seed_cpu
+from ._core import compare_arrays, compare_function, exercise, seed_cpu
 
 
 def _pool_inputs():
