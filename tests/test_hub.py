@@ -98,6 +98,19 @@ def rss_mb(uid: int) -> float:
     return total / 1024
 
 
+def cpu_s(uid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a Unix user."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in user_pids(uid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / ticks
+
+
 def kill_user_processes(uid: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in user_pids(uid):
@@ -208,11 +221,13 @@ def spawn(hub, name: str, token: str) -> float:
     return time.perf_counter() - start
 
 
-def run_cells(hub, name: str, token: str, path: str, cells: list) -> tuple[list[str], float]:
-    """Run code cells in a fresh kernel of the user's server; return each cell's stdout (+ errors)
-    and the memory of all the user's processes (MB) once the last cell has run, kernel still up."""
+def run_cells(hub, name: str, token: str, path: str, cells: list) -> tuple[list[str], float, float]:
+    """Run code cells in a fresh kernel of the user's server; return each cell's stdout (+ errors),
+    the memory of all the user's processes (MB) once the last cell has run (kernel still up) and
+    the kernel's CPU seconds."""
     api = f"{hub['url']}/user/{name}/api"
     headers = {"Authorization": f"token {token}"}
+    cpu_before = cpu_s(pwd.getpwnam(name).pw_uid)  # the server's own CPU time so far
     r = requests.post(f"{api}/sessions", headers=headers, timeout=120,
                       json={"path": path, "type": "notebook", "name": Path(path).name, "kernel": {"name": "python3"}})
     assert r.status_code == 201, r.text
@@ -243,10 +258,11 @@ def run_cells(hub, name: str, token: str, path: str, cells: list) -> tuple[list[
                     break
             outputs.append("".join(text))
         memory = rss_mb(pwd.getpwnam(name).pw_uid)
+        kernel_cpu = cpu_s(pwd.getpwnam(name).pw_uid) - cpu_before
     finally:
         ws.close()
         requests.delete(f"{api}/sessions/{session['id']}", headers=headers, timeout=60)
-    return outputs, memory
+    return outputs, memory, kernel_cpu
 
 
 def student_works(hub, name: str, answer: str | None) -> dict:
@@ -268,7 +284,7 @@ def student_works(hub, name: str, answer: str | None) -> dict:
     if answer is not None:
         answers[0].source = answer
     code = [c for c in nb.cells if c.cell_type == "code"]
-    outputs, with_kernel = run_cells(hub, name, token, path, code)
+    outputs, with_kernel, kernel_cpu = run_cells(hub, name, token, path, code)
     for cell, text in zip(code, outputs):
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)] if text else []
     r = requests.put(f"{base}/api/contents/{path}", headers=headers, timeout=60,
@@ -277,7 +293,8 @@ def student_works(hub, name: str, answer: str | None) -> dict:
     r = requests.post(f"{base}/assignments/submit", headers=headers, timeout=120,
                       json={"course_id": COURSE_ID, "assignment_id": ASSIGNMENT})
     assert r.status_code == 200 and '"success": false' not in r.text, r.text
-    return {"spawn_s": seconds, "rss_idle_mb": idle, "rss_kernel_mb": with_kernel, "outputs": "\n".join(outputs)}
+    return {"spawn_s": seconds, "rss_idle_mb": idle, "rss_kernel_mb": with_kernel, "cpu_s": kernel_cpu,
+            "outputs": "\n".join(outputs)}
 
 
 def instructor_formgrader(hub) -> dict:
@@ -330,6 +347,7 @@ def test_a_class_works_on_the_course_server(hub):
         "spawn_s": {n: round(r["spawn_s"], 2) for n, r in results.items()},
         "rss_idle_server_mb": {n: round(r["rss_idle_mb"]) for n, r in results.items()},
         "rss_with_kernel_mb": {n: round(r["rss_kernel_mb"]) for n, r in results.items()},
+        "chapter_run_cpu_s": {n: round(r["cpu_s"], 1) for n, r in results.items()},
         "instructor_spawn_s": round(formgrader["spawn_s"], 2),
         "class_wall_s": round(class_s, 1),
         "autograde_s_per_submission": round(autograde_s, 1),
