@@ -22,7 +22,10 @@ Modules, one concept each:
   stem, ``.blocks``); :mod:`.probes` recording attention, head scores, Jacobian dependency maps,
   gradient norms; :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the
   random-forest appendix; :mod:`._checks` the input checks every public call runs once
-* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`, :mod:`.training`
+* :mod:`.tokenization` byte-level BPE from scratch (chapter 15); :mod:`.training` the training
+  loop and the language-model recipe (chapter 16); :mod:`.data` the book-prose corpus and the
+  small GPT checkpoint
+* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`
 * tooling: :mod:`.notebooks` (chapter pipeline), :mod:`.teaching` (student copies),
   :mod:`.slides`, :mod:`.progress`
 """
