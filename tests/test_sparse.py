@@ -7,6 +7,7 @@ kernels reorder float32 sums over at most ~100 keys of O(1) terms, so difference
 1e-6; 1e-5 leaves room without hiding a wrong key (which moves outputs by ~1e-1).
 """
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -226,8 +227,6 @@ def test_score_counts_match_the_masks(n, w, causal):
     assert sp.band_score_count(n, w, causal) == int(mask.sum())
     d = w % 17 + 1
     assert sp.dilated_score_count(n, d, causal) == int(dilated_mask(n, d, causal).sum())
-    # the blocked kernel scores every key of each block's tile: with 1-row blocks that is the band
-    assert sp.blocked_score_count(n, w, causal, block_size=1) == int(mask.sum())
     assert sp.blocked_score_count(n, w, causal, block_size=16) >= int(mask.sum())
     # flex scores whole b x b tiles: count the tiles the band touches, by brute force
     nb = -(-n // 32)
@@ -238,12 +237,32 @@ def test_score_counts_match_the_masks(n, w, causal):
     assert sp.flex_score_count(n, w, causal, block_size=32) == int((tiles * sizes[:, None] * sizes[None, :]).sum())
 
 
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), w=st.integers(1, 200), causal=st.booleans(), block=st.sampled_from([1, 4, 16, 32]))
+def test_blocked_score_count_is_what_the_kernel_computes(n, w, causal, block):
+    """Tally the scores of every SDPA call the blocked kernel makes (one head, batch 1)."""
+    import torch.nn.functional as F
+
+    computed = []
+    sdpa = F.scaled_dot_product_attention
+
+    def counting(q, k, v, *args, **kwargs):
+        computed.append(q[..., 0].numel() * k.shape[-2])  # (batch dims) x rows x keys
+        return sdpa(q, k, v, *args, **kwargs)
+
+    q, k, v = _qkv(1, 1, n, 2, 0)
+    with mock.patch.object(F, "scaled_dot_product_attention", counting):
+        sp.sliding_window_attention(q, k, v, w, causal, kernel="blocked", block_size=block)
+    assert sum(computed) == sp.blocked_score_count(n, w, causal, block_size=block)
+
+
 def test_seed_numbers():
     n, w = 16384, 512
     assert n * n == 268_435_456
     assert sp.band_score_count(n, w) == 8_339_200  # the seed's "~8.4M" is n * w = 8,388,608
     assert round(n * n / sp.band_score_count(n, w), 1) == 32.2
-    assert sp.blocked_score_count(n, w, block_size=128) == 10_387_456
+    # 128-row blocks: blocks 2..125 are interior, 124 tiles of 128 x (128 + 512); each end is 256 x 512
+    assert sp.blocked_score_count(n, w, block_size=128) == 124 * 128 * 640 + 256 * 512 + 256 * 512
     assert sp.dilated_score_count(12, 3) == 48  # 3 classes of 4 positions: 3 * 4^2, i.e. n / d per row
 
 

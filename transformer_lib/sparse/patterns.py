@@ -54,22 +54,27 @@ def dilated_score_count(n: int, dilation: int, causal: bool = False) -> int:
 
 
 def blocked_score_count(n: int, window: int, causal: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Scores a kernel computes that gives each block of ``block_size`` queries its whole key tile.
+    """Scores the ``"blocked"`` kernel computes per head (without padding).
 
-    A block of b queries scores ``b + window // 2 (+ window // 2 if not causal)`` keys (fewer at
-    the ends), so it does roughly ``(b + w) / (w + 1)`` times the exact band's work. The
-    ``"blocked"`` and ``"split"`` kernels both compute this many (``"split"`` cuts each tile in
-    three parts, of which only the two small ones need a mask).
+    Each interior block of b queries (one whose tile lies inside the sequence) scores its whole
+    tile of ``b + window // 2 (+ window // 2 if not causal)`` keys: roughly ``(b + w) / (w + 1)``
+    times the exact band's work. The queries before and after the interior blocks go in one
+    call per end, against every key any of them can see. A sequence too short for interior
+    blocks goes block by block, each block against its tile clipped to the sequence.
     """
     positive_int("n", n)
     h = positive_int("window", window) // 2
     b = positive_int("block_size", block_size)
-    total = 0
-    for s in range(0, n, b):
-        e = min(n, s + b)
-        ke = e if causal else min(n, e + h)
-        total += (e - s) * (ke - max(0, s - h))
-    return total
+    right = 0 if causal else h
+
+    def keys(s: int, e: int) -> int:  # keys the queries [s, e) can see: [s - h, e + right) clipped
+        return min(n, e + right) - max(0, s - h)
+
+    first, stop = -(-h // b), (n - right) // b  # interior blocks: first <= block < stop
+    if stop <= first:
+        return sum((min(n, s + b) - s) * keys(s, min(n, s + b)) for s in range(0, n, b))
+    ends = [(0, first * b), (stop * b, n)]
+    return (stop - first) * b * (b + h + right) + sum((e - s) * keys(s, e) for s, e in ends if e > s)
 
 
 def flex_score_count(n: int, window: int, causal: bool = False, block_size: int = FLEX_CPU_BLOCK_SIZE) -> int:
