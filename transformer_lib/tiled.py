@@ -34,15 +34,14 @@ import math
 
 import torch
 
-from .attention import _check_qkv, check_mask_for_scores
+from ._checks import check_mask, check_positive, check_qkv
 
 __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_partial_attention",
            "tile_schedule", "count_tiles"]
 
 
 def _check_block(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_positive(name, value)
     return value
 
 
@@ -171,7 +170,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
             raise ValueError(f"{name} must be a floating-point torch.Tensor")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    check_mask_for_scores(mask, _check_qkv(q, k, v))  # scores (..., L_q, L_k), batch dims broadcast
+    check_mask(mask, check_qkv(q, k, v))  # scores (..., L_q, L_k), batch dims broadcast
     if mask is not None:
         mask = mask.to(q.device).reshape((1,) * max(0, 2 - mask.dim()) + tuple(mask.shape))  # at least (1, L_k)
     out, lse = _TiledAttention.apply(q, k, v, mask, causal, block_q, block_k)
