@@ -113,6 +113,14 @@ def test_kv_cache_bookkeeping_and_bad_input():
         assert torch.equal(got_k, k) and torch.equal(got_v, -k)
     assert cache.length == 5 and cache.nbytes() == 3 * 2 * 2 * 5 * 4 * 4
     assert cache_bytes_per_token(30, 3, 64, 4) == 30 * 2 * 3 * 64 * 4 == 46080
+    cache.truncate(2)  # forget positions 2.. ; the next update overwrites them
+    assert cache.length == 2
+    got_k, _ = cache.update(0, -k[:, :, :1], k[:, :, :1])
+    assert got_k.shape == (1, 2, 3, 4) and torch.equal(got_k[:, :, :2], k[:, :, :2])
+    assert torch.equal(got_k[:, :, 2], -k[:, :, 0])
+    for bad_length in (-1, 3, 1.5):
+        with pytest.raises(ValueError):
+            cache.truncate(bad_length)
     with pytest.raises(ValueError):
         cache.update(3, k, k)
     with pytest.raises(ValueError):

@@ -82,6 +82,12 @@ class KVCache:
         self.lengths[layer] = start + new
         return buf_k[:, :, :start + new], buf_v[:, :, :start + new]  # (B, H_kv, L_total, d) views
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (the buffers are kept and overwritten later)."""
+        if not isinstance(length, int) or not 0 <= length <= self.length:
+            raise ValueError(f"length must be an integer in [0, {self.length}], got {length!r}")
+        self.lengths = [length] * self.num_layers
+
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search: each surviving beam takes its parent's cache)."""
         for i in range(self.num_layers):
