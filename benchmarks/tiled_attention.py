@@ -24,10 +24,11 @@ before the call (q, k, v already allocated); the output (8 x n x 64 x 4 bytes, 3
 part of every kernel's peak.
 
 Threads. Every kernel runs on ``--threads`` threads (default 1). The tiled path dispatches about
-twenty small operations per tile; with two OpenMP threads each of them ends in a barrier, and on a busy
-shared machine (where this benchmark was run: more runnable processes than cores) those barriers
-made it 5-30x slower than on one thread, while SDPA, one large kernel, barely noticed. One thread
-for all kernels keeps the comparison fair and repeatable; on an idle machine try ``--threads 2``.
+twenty small operations per tile; with two OpenMP threads each of them ends in a barrier, and on a
+busy shared machine (where this benchmark was run: more runnable processes than cores) those
+barriers made it tens of times slower than on one thread (n = 2048: 15-20 s against 0.5 s), while
+SDPA, one large kernel, lost far less. One thread for all kernels keeps the comparison fair and
+repeatable; on an idle machine try ``--threads 2``.
 
 Writes ``benchmarks/results/tiled_attention.json``, which chapter 11
 prints from. A benchmark, not a test: it prints and asserts nothing.
