@@ -20,6 +20,15 @@ def test_patterns_match_definitions(L, w, d):
                        brute(L, L, lambda i, j: i - w // 2 <= j <= i))
     assert torch.equal(M.dilated_mask(L, d), brute(L, L, lambda i, j: (j - i) % d == 0))
     assert torch.equal(M.dilated_mask(L, d, causal=True), brute(L, L, lambda i, j: (j - i) % d == 0 and j <= i))
+    # the sparse-attention patterns of chapter 8
+    assert torch.equal(M.dilated_window_mask(L, w, d),
+                       brute(L, L, lambda i, j: (j - i) % d == 0 and abs(j - i) <= (w // 2) * d))
+    g = [0, L - 1]
+    assert torch.equal(M.longformer_mask(L, w, g, causal=True),
+                       brute(L, L, lambda i, j: (abs(i - j) <= w // 2 or i in g or j in g) and j <= i))
+    layout = M.bigbird_block_layout(-(-L // d), window_blocks=3, global_blocks=1, random_blocks=0)
+    assert torch.equal(M.layout_to_mask(layout, d, L),
+                       brute(L, L, lambda i, j: abs(i // d - j // d) <= 1 or i < d or j < d))
 
 
 def test_causal_rectangular_aligns_to_the_end():
