@@ -6,7 +6,7 @@
 - Book pages (the glossary, the guides) link chapters as ``chapters/NN-slug.ipynb#anchor``; a
   link to a chapter that parts.yml lists but that has not landed yet is turned into plain text
   (the same rule ``build_book.relink`` applies inside the chapters), so the page builds now and
-  links by itself once the chapter exists.
+  links by itself once the chapter exists (the book's pages are re-read on every build for this).
 """
 from __future__ import annotations
 
@@ -41,7 +41,14 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
     source[0] = build_book.relink(source[0], existing, planned, folder="chapters/")
 
 
+def _book_pages_outdated(app, env, added, changed, removed) -> list[str]:
+    """Re-read the book's own pages on every build (a handful of small files): which of their
+    chapter links are live depends on which chapters exist now, not on the page's own mtime."""
+    return [d for d in env.found_docs if not d.startswith("chapters/") and d not in added | changed]
+
+
 def setup(app):
     app.connect("config-inited", _on_config_inited)
     app.connect("source-read", _on_source_read)
+    app.connect("env-get-outdated", _book_pages_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
