@@ -217,9 +217,9 @@ def test_bad_text_inputs(lm):
         lm.encode("just one string")
     with pytest.raises(ValueError, match="non-empty list"):
         lm.encode([])
-    with pytest.raises(ValueError, match="must be a string"):
+    with pytest.raises(ValueError, match="must be a str"):
         lm.tokenize(3)
-    with pytest.raises(ValueError, match="must be a string"):
+    with pytest.raises(ValueError, match="must be a str"):
         lm.encode(["fine", None])
     with pytest.raises(ValueError, match="batch_size"):
         lm.encode(["fine"], batch_size=0)

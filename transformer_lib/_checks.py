@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_int", "check_positive", "check_tokens", "check_qkv", "check_mask", "check_square_maps"]
+__all__ = ["check_int", "check_positive", "check_tokens", "check_qkv", "check_mask", "check_square_maps",
+           "check_probability", "check_positive_float", "check_floating"]
 
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
@@ -40,6 +41,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, .
 
     The leading (batch, head) dimensions must broadcast; the result is (..., L_q, L_k).
     """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_floating(name, t)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError("q, k and v must have shape (..., L, d)")
     if q.shape[-1] != k.shape[-1]:
@@ -78,3 +81,38 @@ def check_square_maps(weights: torch.Tensor) -> int:
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(f"weights must be (..., L, L) self-attention maps, got shape {tuple(weights.shape)}")
     return weights.shape[-1]
+
+
+def check_probability(name: str, value) -> None:
+    """``value`` must be a real number in [0, 1] (a dropout rate, a top-p mass, ...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+
+
+def check_positive_float(name: str, value) -> None:
+    """``value`` must be a finite real number > 0 (an epsilon, a temperature, a base ...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_floating(name: str, tensor: torch.Tensor) -> None:
+    """``tensor`` must be a floating-point tensor (token ids go through an embedding first)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        what = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(f"{name} must be a floating-point tensor, got {what}")
+
+
+def check_text(text, what: str = "text") -> bytes:
+    """``text`` must be a str of valid Unicode; return its UTF-8 bytes.
+
+    Python strings may hold lone surrogates (U+D800..U+DFFF, e.g. from ``"\\ud83d"``), which have
+    no UTF-8 encoding: no tokenizer can round-trip them, so every text entry point refuses them here.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        raise ValueError(f"{what} contains a lone surrogate U+{ord(bad):04X} at index {err.start}; "
+                         "only valid Unicode (no unpaired surrogates) can be encoded as UTF-8") from None

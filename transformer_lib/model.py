@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn as nn
 
+from ._checks import check_positive
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
@@ -192,6 +193,8 @@ class DecoderOnlyLM(nn.Module):
                  norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
                  init_std: float | None = None):
         super().__init__()
+        check_positive("vocab_size", vocab_size)
+        check_positive("max_len", max_len)
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_mask
+from ._checks import check_floating, check_mask, check_positive, check_probability
 from .attention import _attention, _attention_fast
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
@@ -48,8 +48,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
                  rotary: nn.Module | None = None):
         super().__init__()
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+        check_positive("d_model", d_model)
+        check_positive("num_heads", num_heads)
+        check_probability("dropout", dropout)
         if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
@@ -68,6 +69,7 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         for name, t in (("query", query), ("key", key), ("value", value)):
+            check_floating(name, t)
             if t.dim() != 3 or t.shape[-1] != self.d_model:
                 raise ValueError(f"{name} must be (B, L, {self.d_model}), got shape {tuple(t.shape)}")
         if not (query.shape[0] == key.shape[0] == value.shape[0]):

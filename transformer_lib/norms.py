@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ._checks import check_positive, check_positive_float, check_probability
+
 __all__ = ["LayerNorm", "RMSNorm", "TokenBatchNorm", "make_norm"]
 
 
@@ -21,6 +23,8 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, elementwise_affine: bool = True):
         super().__init__()
+        check_positive("d_model", d_model)
+        check_positive_float("eps", eps)
         self.d_model, self.eps = d_model, eps
         if elementwise_affine:
             self.weight = nn.Parameter(torch.ones(d_model))  # gamma
@@ -66,6 +70,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
+        check_positive("d_model", d_model)
+        check_positive_float("eps", eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
@@ -87,6 +93,9 @@ class TokenBatchNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
+        check_positive("d_model", d_model)
+        check_positive_float("eps", eps)
+        check_probability("momentum", momentum)
         self.bn = nn.BatchNorm1d(d_model, eps=eps, momentum=momentum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,8 @@ import math
 import torch
 import torch.nn as nn
 
+from ._checks import check_positive, check_probability
+
 __all__ = [
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
@@ -36,8 +38,10 @@ def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> tor
 
     Wavelengths grow geometrically from 2*pi (i = 0) to 2*pi * base (i -> d/2).
     """
-    if length < 1 or d_model < 2 or d_model % 2:
-        raise ValueError(f"need length >= 1 and an even d_model >= 2, got {length}, {d_model}")
+    check_positive("length", length)
+    check_positive("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     angles = pos * inv_freq  # (L, d/2)
@@ -53,6 +57,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 4096, dropout: float = 0.0):
         super().__init__()
+        check_probability("dropout", dropout)
         self.d_model = d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
@@ -70,6 +75,9 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
         super().__init__()
+        check_positive("max_len", max_len)
+        check_positive("d_model", d_model)
+        check_probability("dropout", dropout)
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)

@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._checks import check_text
 from ..device import get_device
 from ..layers import EncoderLayer
 from ..norms import LayerNorm
@@ -236,8 +237,7 @@ class PretrainedEncoder:
 
     # -- text -> ids ------------------------------------------------------------------------
     def _check_text(self, text) -> str:
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        check_text(text)  # a str of valid Unicode (a lone surrogate is a ValueError, not a TypeError)
         return text
 
     def tokenize(self, text: str) -> list[str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import regex
 
+from .._checks import check_text
+
 __all__ = ["GPT2_SPLIT_PATTERN", "split_chunks", "to_utf8", "bytes_to_unicode", "unicode_to_bytes",
            "visible", "BYTE_TIE_RANK"]
 
@@ -25,19 +27,9 @@ _SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
 
 
 def to_utf8(text: str, what: str = "text") -> bytes:
-    """The UTF-8 bytes of ``text``; a ValueError for a non-string or a lone surrogate.
-
-    Python strings may hold lone surrogates (U+D800..U+DFFF, e.g. from ``"\\ud83d"``), which have
-    no UTF-8 encoding: a tokenizer cannot round-trip them, so it refuses them up front.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"{what} must be a str, got {type(text).__name__}")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start]
-        raise ValueError(f"{what} contains a lone surrogate U+{ord(bad):04X} at index {err.start}; "
-                         "only valid Unicode (no unpaired surrogates) can be encoded as UTF-8") from None
+    """The UTF-8 bytes of ``text``; a ValueError for a non-string or a lone surrogate (the rule
+    lives in :func:`transformer_lib._checks.check_text`, shared by every text entry point)."""
+    return check_text(text, what)
 
 
 def split_chunks(text: str) -> list[str]:
