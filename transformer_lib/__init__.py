@@ -26,8 +26,9 @@ Modules, one concept each:
   loop and the language-model recipe (chapter 16); :mod:`.data` the book-prose corpus and the
   small GPT checkpoint
 * :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`
-* tooling: :mod:`.notebooks` (chapter pipeline), :mod:`.teaching` (student copies),
-  :mod:`.slides`, :mod:`.progress`
+
+The book's machinery (chapter pipeline, student copies, slides, progress, book build) is the
+separate package ``bookkit``; nothing here imports it.
 """
 __version__ = "0.1.0"
 
