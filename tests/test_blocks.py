@@ -168,3 +168,31 @@ def test_seq2seq_parallel_and_incremental_decoding_agree():
 def test_bad_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_ffn_off_leaves_attention_residual_and_norm(norm_first):
+    """ffn=False: same initial attention weights as with the FFN, the FFN adds exactly nothing and
+    none of its parameters trains."""
+    torch.manual_seed(0)
+    with_ffn = tl.EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    torch.manual_seed(0)
+    layer = tl.EncoderLayer(16, 4, 32, norm_first=norm_first, ffn=False).eval()
+    assert torch.equal(layer.self_attn.q_proj.weight, with_ffn.self_attn.q_proj.weight)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        if norm_first:
+            expected = x + layer.self_attn(layer.norm1(x))[0]  # the FFN sub-layer adds 0
+        else:
+            expected = layer.norm2(layer.norm1(x + layer.self_attn(x)[0]))
+        assert torch.equal(layer(x), expected)
+    assert not any(p.requires_grad for p in layer.ffn.parameters())
+    lm = tl.DecoderOnlyLM(20, d_model=16, num_heads=4, num_layers=2, ffn=False)
+    assert all(not p.requires_grad for block in lm.blocks for p in block.ffn.parameters())
+
+
+def test_seq2seq_blocks_list_both_stacks_encoder_first():
+    model = tl.Seq2SeqTransformer(10, 10, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=3)
+    kinds = [type(b).__name__ for b in model.blocks]
+    assert kinds == ["EncoderLayer"] * 2 + ["DecoderLayer"] * 3
+    assert model.blocks[0] is model.transformer.encoder.layers[0]

@@ -6,7 +6,7 @@ import torch
 
 from ..cost import count_parameters
 from ..multihead import MultiHeadAttention, merge_heads, split_heads
-from ._core import NotYet, compare_function, exercise, to_int
+from ._core import NotYet, compare_function, compare_value, exercise, to_int
 
 
 def _generator(seed: int = 0) -> torch.Generator:
@@ -94,11 +94,8 @@ def _check_count(answer):
         raise NotYet(f"expected a function parameter_count(d_model, num_heads, bias), got {type(answer).__name__}")
     cases = [(512, 8, True), (512, 1, True), (512, 64, True), (64, 4, False), (96, 3, True), (8, 2, False)]
     for d, h, bias in cases:
-        got = to_int(answer(d, h, bias), f"for d_model={d}, num_heads={h}, bias={bias} your count")
-        expected = _mha_parameters(d, h, bias)
-        if got != expected:
-            raise NotYet(f"for d_model={d}, num_heads={h}, bias={bias} your count is too "
-                         f"{'high' if got > expected else 'low'}")
+        what = f"for d_model={d}, num_heads={h}, bias={bias} your count"
+        compare_value(to_int(answer(d, h, bias), what), _mha_parameters(d, h, bias), what, rtol=0)
     return f"right for all {len(cases)} settings."
 
 
