@@ -20,8 +20,9 @@ The one home for measurement in the library: chapters and benchmarks time with
   *critical path*: no amount of hardware can finish the call in fewer dependent steps. It is a
   count, so it is exact and the same on every machine, unlike a timing.
 
-Used by the chapters "RNN vs Transformer" (critical path, timings) and "Where the compute goes"
-(FLOPs measured vs the model in :mod:`transformer_lib.cost`).
+Used by the chapters "RNN vs Transformer" (critical path, timings), "Where the compute goes"
+(FLOPs measured vs the model in :mod:`transformer_lib.cost`) and "Sparse attention" (time and
+peak memory of the kernels), and by the scripts in ``benchmarks/``.
 """
 from __future__ import annotations
 
