@@ -92,6 +92,24 @@ def test_record_attention_sees_the_three_calls_of_an_encoder_decoder():
     assert calls[0].mask_given and calls[2].mask_given  # padding in the encoder, causal in the decoder
 
 
+def test_record_attention_weights_are_the_modules_own_and_the_fast_path_agrees():
+    torch.manual_seed(0)
+    layer = tl.DecoderLayer(16, 4, 32).eval()
+    x, memory, causal = torch.randn(2, 5, 16), torch.randn(2, 7, 16), tl.causal_mask(5)
+    with torch.no_grad():
+        fast = layer(x, memory, causal)
+        with record_attention(layer) as calls:
+            assert torch.equal(layer(x, memory, causal), fast)  # recording without weights changes nothing
+        assert [c.weights for c in calls] == [None, None]
+        with record_attention(layer, weights=True) as calls:
+            readable = layer(x, memory, causal)
+        self_call, cross_call = calls
+        _, expected = layer.cross_attn(cross_call.query, memory, memory, need_weights=True)
+    assert torch.equal(cross_call.weights, expected) and cross_call.weights.shape == (2, 4, 5, 7)
+    assert self_call.weights.shape == (2, 4, 5, 5) and not self_call.weights.triu(1).any()  # causal
+    assert torch.allclose(readable, fast, atol=1e-5)  # readable and fused paths agree (float32 rounding)
+
+
 def test_record_attention_removes_its_hooks_and_checks_its_input():
     model = tl.DecoderOnlyLM(11, d_model=16, num_heads=2, num_layers=1)
     with record_attention(model) as calls:

@@ -3,7 +3,7 @@
 Every probe works on any model built from the library's modules, so each chapter reads its
 tables and figures from what the modules did rather than from numbers typed by hand.
 
-* :func:`record_attention` (chapters 3, 4, 12, 13): a context manager that hooks every
+* :func:`record_attention` (chapters 2-4, 10, 12, 13): a context manager that hooks every
   :class:`~transformer_lib.multihead.MultiHeadAttention` inside a model and records, per call,
   the query, key and value it received, its mask and, with ``weights=True``, its attention
   weights. This is the library's one way to look at attention weights: no layer or model keeps
