@@ -1,0 +1,303 @@
+"""Do the chapters' single-seed headline results survive a new seed?
+
+    python benchmarks/seeds.py                   # all three experiments, default seeds (~4 min on 2 cores)
+    python benchmarks/seeds.py --only forests    # one experiment: forests, rope or heads
+    python benchmarks/seeds.py --seeds 3         # fewer seeds for the two training experiments
+
+Each chapter runs its experiment once, with seed 0, inside its 60 s budget. This script reruns the
+same experiment, with the same library calls and sizes, over several seeds and records the spread
+(min / median / max over seeds) and how often each conclusion holds. The results go to
+``benchmarks/results/seeds.json`` with the machine description; the chapters print them.
+
+* Chapter 18, the imbalance trap: minority-class F1 of the default forest, the class-weighted
+  forest and the class-weighted logistic regression (class weight chosen by 5-fold CV) at 2% to
+  50% positives. Seed ``s`` draws a new training set (``imbalanced_blobs(..., seed=s)``), a new
+  test set (seed ``100 + s``), new forests (``random_state=s``) and new CV folds.
+* Chapter 5, RoPE extrapolation: the one-layer ``DecoderOnlyLM`` trained on 32 tokens of the
+  chapter's synthetic language (the rule table is the chapter's, seed 1), loss on the last 24
+  tokens at 1x, 2x, 4x and 8x the training length. Seed ``s`` changes the initialisation, the
+  training data and the test data.
+* Chapter 3, heads that specialize: the three-lookups model (2 layers x 4 heads) and the
+  one-layer 1/2/4-head comparison, trained with ``seed=s``; test sequences drawn with seed
+  ``123 + s``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+import transformer_lib as tl
+from _results import write_results
+from transformer_lib.training import fit
+
+
+
+def _lookup_api() -> SimpleNamespace:
+    """The three-lookups task, model and probes the chapter uses (tasks / toy_models / probes)."""
+    try:
+        from transformer_lib import probes, tasks, toy_models
+    except ImportError:  # pragma: no cover - the layout before the library's reorganisation
+        from transformer_lib import specialization as old
+
+        def weights(model, tokens):
+            model.keep_attention_weights(True)
+            with torch.no_grad():
+                model(tokens)
+            out = model.attention_weights()  # one (B, H, L, L) per layer
+            model.keep_attention_weights(False)
+            return out
+        return SimpleNamespace(TASKS=old.TASKS, three_lookups_batch=old.three_lookups_batch,
+                               train_lookup_model=old.train_lookup_model, lookup_accuracy=old.lookup_accuracy,
+                               head_scores=old.head_scores, weights=weights)
+
+    def weights(model, tokens):
+        with torch.no_grad(), probes.record_attention(model, weights=True) as calls:
+            model(tokens)
+        return [c.weights for c in calls]  # one (B, H, L, L) per layer, first layer first
+    return SimpleNamespace(TASKS=tasks.LOOKUP_TASKS, three_lookups_batch=tasks.three_lookups_batch,
+                           train_lookup_model=toy_models.train_lookup_model,
+                           lookup_accuracy=toy_models.lookup_accuracy, head_scores=probes.head_scores,
+                           weights=weights)
+
+
+def spread(values) -> dict:
+    """min / median / max (and the values themselves) of a list of numbers, rounded for JSON."""
+    values = [float(v) for v in values]
+    return {"min": round(min(values), 4), "median": round(statistics.median(values), 4),
+            "max": round(max(values), 4), "values": [round(v, 4) for v in values]}
+
+
+# -- chapter 18: the imbalance trap -------------------------------------------------------------------
+
+FOREST_SHARES = (0.02, 0.04, 0.1, 0.25, 0.5)
+
+
+def forests_experiment(seeds: list[int]) -> dict:
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    from transformer_lib import forests
+
+    weights = {"class_weight": [None, {0: 1, 1: 2}, {0: 1, 1: 4}, {0: 1, 1: 8}, "balanced"]}
+    names = ("forest", "class-weighted forest", "class-weighted logistic regression")
+    f1 = {share: {name: [] for name in names} for share in FOREST_SHARES}
+    for seed in seeds:
+        for share in FOREST_SHARES:
+            X, y = forests.imbalanced_blobs(1000, share, separation=3.0, seed=seed)
+            X_test, y_test = forests.imbalanced_blobs(20_000, share, separation=3.0, seed=100 + seed)
+            cv5 = StratifiedKFold(5, shuffle=True, random_state=seed)
+            models = {
+                "forest": RandomForestClassifier(100, random_state=seed, n_jobs=1),
+                "class-weighted forest": RandomForestClassifier(100, class_weight="balanced", random_state=seed,
+                                                                n_jobs=1),
+                "class-weighted logistic regression": GridSearchCV(LogisticRegression(), weights, scoring="f1",
+                                                                   cv=cv5),
+            }
+            for name, model in models.items():
+                f1[share][name].append(f1_score(y_test, model.fit(X, y).predict(X_test)))
+        print(f"  forests: seed {seed} done", flush=True)
+    rows = []
+    for share in FOREST_SHARES:
+        lr, forest, weighted = (f1[share][n] for n in ("class-weighted logistic regression", "forest",
+                                                        "class-weighted forest"))
+        margin = [a - b for a, b in zip(lr, forest)]
+        rows.append({
+            "share": share,
+            "f1": {name: spread(f1[share][name]) for name in names},
+            "lr_minus_forest": spread(margin),
+            "seeds_lr_ahead": sum(m > 0 for m in margin),
+            "seeds_weighted_forest_ahead_of_forest": sum(w > f for w, f in zip(weighted, forest)),
+        })
+    return {"seeds": seeds, "shares": list(FOREST_SHARES), "rows": rows,
+            "conclusion": "the class-weighted logistic regression beats the default forest on minority-class F1",
+            "holds_at_shares": [r["share"] for r in rows if r["seeds_lr_ahead"] == len(seeds)]}
+
+
+# -- chapter 5: RoPE extrapolation --------------------------------------------------------------------
+
+V, TRAIN_LEN, STEPS = 16, 32, 500
+MULTIPLES = (1, 2, 4, 8)
+HOLDS, BREAKS = 0.10, 0.25  # nats above the 1x loss: within HOLDS = "holds", beyond BREAKS = "breaks"
+
+
+def _markov_batch(rule, batch_size, length, generator):
+    """The chapter's language: x_t = rule[x_{t-2}, x_{t-1}] with prob 0.8, else a random symbol."""
+    x = torch.randint(0, V, (batch_size, length), generator=generator)  # (B, length)
+    follow = torch.rand(batch_size, length, generator=generator) < 0.8
+    for t in range(2, length):
+        x[:, t] = torch.where(follow[:, t], rule[x[:, t - 2], x[:, t - 1]], x[:, t])
+    return x
+
+
+def _next_token_loss(model, batch):
+    logits = model(batch[:, :-1])  # (B, L, V)
+    return F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1))
+
+
+def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal")) -> dict:
+    rule = torch.randint(0, V, (V, V), generator=torch.Generator().manual_seed(1))  # the chapter's rule
+    loss = {scheme: {m: [] for m in MULTIPLES} for scheme in schemes}
+    for seed in seeds:
+        train = _markov_batch(rule, STEPS * 32, TRAIN_LEN + 1, torch.Generator().manual_seed(seed))
+        train = train.view(STEPS, 32, TRAIN_LEN + 1)  # (steps, B, L + 1)
+        tests = {m: _markov_batch(rule, 64, m * TRAIN_LEN + 1, torch.Generator().manual_seed(100 + m * TRAIN_LEN
+                                                                                               + 1000 * seed))
+                 for m in MULTIPLES}
+        for scheme in schemes:
+            tl.seed_everything(seed)
+            model = tl.DecoderOnlyLM(V, d_model=32, num_heads=8, num_layers=1, max_len=TRAIN_LEN,
+                                     positional=scheme)
+            with tl.cpu_threads(1):
+                fit(model, lambda step: train[step], _next_token_loss, steps=STEPS, lr=5e-3, progress=False)
+                with torch.no_grad():
+                    for m, batch in tests.items():
+                        logits = model(batch[:, :-1])  # (B, L, V)
+                        per_token = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
+                        loss[scheme][m].append(per_token[:, -24:].mean().item())  # the last 24 predictions
+        print(f"  rope: seed {seed} done", flush=True)
+    out = {"seeds": seeds, "multiples": list(MULTIPLES), "steps": STEPS,
+           "criterion": {"holds_within_nats": HOLDS, "breaks_beyond_nats": BREAKS,
+                         "measured_against": "the same model's loss at 1x"},
+           "schemes": {}}
+    for scheme in schemes:
+        excess = {m: [a - b for a, b in zip(loss[scheme][m], loss[scheme][1])] for m in MULTIPLES}
+        holds_to = []  # per seed: the largest multiple up to which every multiple holds
+        for k in range(len(seeds)):
+            best = 1
+            for m in MULTIPLES[1:]:
+                if excess[m][k] > HOLDS:
+                    break
+                best = m
+            holds_to.append(best)
+        out["schemes"][scheme] = {
+            "loss": {str(m): spread(loss[scheme][m]) for m in MULTIPLES},
+            "excess_over_1x": {str(m): spread(excess[m]) for m in MULTIPLES[1:]},
+            "holds_up_to_multiple": holds_to,
+            "seeds_broken_at": {str(m): sum(e > BREAKS for e in excess[m]) for m in MULTIPLES[1:]},
+        }
+    return out
+
+
+# -- chapter 3: heads that specialize ------------------------------------------------------------------
+
+def _head_roles(spec, model, tokens) -> list[list[str]]:
+    """Per layer, per head: the task with the largest score, or 'mixed' when none gets half the weight."""
+    roles = []
+    for weights in spec.weights(model, tokens):
+        scores = spec.head_scores(weights, tokens)
+        layer = []
+        for h in range(weights.shape[1]):
+            best = max(spec.TASKS, key=lambda t: scores[t][h].item())
+            layer.append(best if scores[best][h].item() > 0.5 else "mixed")
+        roles.append(layer)
+    return roles
+
+
+def heads_experiment(seeds: list[int]) -> dict:
+    spec = _lookup_api()
+    cpu = torch.device("cpu")
+    two_layer = {t: [] for t in spec.TASKS}
+    roles_per_seed = []
+    one_layer = {h: {t: [] for t in spec.TASKS} for h in (1, 2, 4)}
+    for seed in seeds:
+        test = spec.three_lookups_batch(512, 12, 16, torch.Generator().manual_seed(123 + seed))
+        model, _ = spec.train_lookup_model(num_heads=4, num_layers=2, steps=300, seed=seed, device=cpu)
+        for t, a in spec.lookup_accuracy(model, test).items():
+            two_layer[t].append(a)
+        roles_per_seed.append(_head_roles(spec, model, test[0]))
+        for h in (1, 2, 4):
+            m, _ = spec.train_lookup_model(num_heads=h, num_layers=1, steps=300, seed=seed, device=cpu)
+            for t, a in spec.lookup_accuracy(m, test).items():
+                one_layer[h][t].append(a)
+        print(f"  heads: seed {seed} done", flush=True)
+    role_counts = []  # per layer: {role: [count in seed 0, seed 1, ...]}
+    for layer in range(2):
+        role_counts.append({role: [r[layer].count(role) for r in roles_per_seed]
+                            for role in (*spec.TASKS, "mixed")})
+    worst = {h: [min(one_layer[h][t][k] for t in spec.TASKS) for k in range(len(seeds))] for h in (1, 2, 4)}
+    return {
+        "seeds": seeds, "steps": 300,
+        "two_layer_accuracy": {t: spread(v) for t, v in two_layer.items()},
+        "roles": roles_per_seed,
+        "role_counts": role_counts,
+        "seeds_with_a_previous_head_in_layer_0": sum(r[0].count("previous") > 0 for r in roles_per_seed),
+        "seeds_with_a_max_head_in_layer_0": sum(r[0].count("max") > 0 for r in roles_per_seed),
+        "seeds_with_a_first_head_in_layer_1": sum(r[1].count("first") > 0 for r in roles_per_seed),
+        "seeds_same_roles_as_seed_0": sum(r == roles_per_seed[0] for r in roles_per_seed),
+        "one_layer_accuracy": {str(h): {t: spread(v) for t, v in one_layer[h].items()} for h in (1, 2, 4)},
+        "one_layer_worst_task": {str(h): spread(worst[h]) for h in (1, 2, 4)},
+        "seeds_ordered_1_lt_2_le_4": sum(worst[1][k] < worst[2][k] <= worst[4][k] + 1e-9
+                                         for k in range(len(seeds))),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="seeds for the two training experiments")
+    parser.add_argument("--forest-seeds", type=int, default=10, help="seeds for the (cheap) forest experiment")
+    parser.add_argument("--only", choices=("forests", "rope", "heads"), nargs="+")
+    args = parser.parse_args(argv)
+    chosen = args.only or ["forests", "rope", "heads"]
+    payload, timings, cpu = {}, {}, {}
+    for name in chosen:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        if name == "forests":
+            payload["ch18_imbalance"] = forests_experiment(list(range(args.forest_seeds)))
+        elif name == "rope":
+            payload["ch05_rope_extrapolation"] = rope_experiment(list(range(args.seeds)))
+        else:
+            payload["ch03_head_specialization"] = heads_experiment(list(range(args.seeds)))
+        timings[name] = round(time.perf_counter() - start, 1)
+        cpu[name] = round(time.process_time() - start_cpu, 1)  # a busy machine inflates the wall time, not this
+        print(f"{name}: {timings[name]} s wall, {cpu[name]} s CPU", flush=True)
+    payload["seconds"], payload["cpu_seconds"] = timings, cpu
+    if args.only:  # keep the other experiments' results from an earlier full run
+        import json
+        from _results import RESULTS
+
+        old = RESULTS / "seeds.json"
+        if old.exists():
+            previous = json.loads(old.read_text())
+            previous.pop("machine", None)
+            previous["seconds"] = {**previous.get("seconds", {}), **timings}
+            previous["cpu_seconds"] = {**previous.get("cpu_seconds", {}), **cpu}
+            payload = {**previous, **payload, "seconds": previous["seconds"], "cpu_seconds": previous["cpu_seconds"]}
+    report(payload)
+    write_results("seeds", payload)
+    return 0
+
+
+def report(payload: dict) -> None:
+    if "ch18_imbalance" in payload:
+        r = payload["ch18_imbalance"]
+        print(f"\nChapter 18: minority F1 over {len(r['seeds'])} seeds (median [min, max])")
+        for row in r["rows"]:
+            cells = " | ".join(f"{n[:26]:>26} {s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"
+                               for n, s in row["f1"].items())
+            print(f"{row['share']:5.2f} | {cells} | LR ahead in {row['seeds_lr_ahead']}/{len(r['seeds'])}")
+    if "ch05_rope_extrapolation" in payload:
+        r = payload["ch05_rope_extrapolation"]
+        print(f"\nChapter 5: loss on the last 24 tokens over {len(r['seeds'])} seeds (median [min, max])")
+        for scheme, s in r["schemes"].items():
+            cells = " | ".join(f"{m}x {v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}]" for m, v in s["loss"].items())
+            print(f"{scheme:>10} | {cells} | holds up to {s['holds_up_to_multiple']}")
+    if "ch03_head_specialization" in payload:
+        r = payload["ch03_head_specialization"]
+        print(f"\nChapter 3: over {len(r['seeds'])} seeds")
+        for t, v in r["two_layer_accuracy"].items():
+            print(f"  2 layers x 4 heads, {t}: {v['median']:.1%} [{v['min']:.1%}, {v['max']:.1%}]")
+        for layer, counts in enumerate(r["role_counts"]):
+            print(f"  layer {layer} roles per seed: {counts}")
+        for h, v in r["one_layer_worst_task"].items():
+            print(f"  1 layer, {h} heads, worst task: {v['median']:.1%} [{v['min']:.1%}, {v['max']:.1%}]")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
