@@ -27,11 +27,7 @@ import torch.nn.functional as F
 
 from ._checks import check_mask, check_qkv
 
-__all__ = ["scaled_dot_product_attention", "attention_fast", "check_mask_for_scores"]
-
-# The rules live in transformer_lib._checks; these two names stay importable from here.
-check_mask_for_scores = check_mask
-_check_qkv = check_qkv
+__all__ = ["scaled_dot_product_attention", "attention_fast"]
 
 
 def _visible_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
