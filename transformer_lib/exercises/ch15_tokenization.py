@@ -40,12 +40,35 @@ def _count_distinct_pairs_per_word(words):  # "aaa" holds the pair (a, a) twice,
     return c
 
 
+def _count_across_words(words):  # one long stream: pairs that span two words are counted too
+    stream = [t for w, n in words.items() for _ in range(n) for t in w]
+    return Counter(zip(stream, stream[1:]))
+
+
+def _count_with_a_plain_dict(words):
+    totals = {}
+    for word, n in words.items():
+        for pair in zip(word, word[1:]):
+            totals[pair] = totals.get(pair, 0) + n
+    return totals
+
+
+def _count_with_indices(words):
+    totals = Counter()
+    for word, n in words.items():
+        for i in range(len(word) - 1):
+            totals[(word[i], word[i + 1])] += n
+    return dict(totals)
+
+
 @exercise("tokenization.count_pairs",
           hint="for each word and its count n, add n for every adjacent pair zip(word, word[1:]) "
                "(a pair that occurs twice in a word counts twice)",
           wrong_answers=lambda: [_count_unique_words, _count_distinct_pairs_per_word,
-                                 lambda words: Counter(p for w, n in words.items() for p in zip(w, w[2:]))],
-          solution=lambda: count_pairs)
+                                 lambda words: Counter(p for w, n in words.items() for p in zip(w, w[2:])),
+                                 _count_across_words],
+          solution=lambda: count_pairs,
+          alternative_answers=lambda: [_count_with_a_plain_dict, _count_with_indices])
 def _check_count_pairs(answer):
     for words in _words_cases():
         got = _as_counts(answer(dict(words)), "your pair counts")
@@ -101,6 +124,36 @@ def _step_unweighted(words, new_id):  # ignores how often each word occurs
 
 
 # each corpus has one most frequent pair (no ties to break)
+def _step_right_to_left(words, new_id):  # scans from the right: "a a a" becomes "a aa"
+    counts = count_pairs(words)
+    pair = max(counts, key=counts.get)
+    out = Counter()
+    for w, n in words.items():
+        rev = merge_pair(list(reversed(w)), (pair[1], pair[0]), new_id)
+        out[tuple(reversed(rev))] += n
+    return pair, dict(out)
+
+
+def _step_with_lists(words, new_id):  # the pair as a list, the words as a Counter: both accepted
+    totals = Counter()
+    for word, n in words.items():
+        for i in range(len(word) - 1):
+            totals[word[i], word[i + 1]] += n
+    (a, b), _ = totals.most_common(1)[0]
+    new_words = Counter()
+    for word, n in words.items():
+        out, i = [], 0
+        while i < len(word):
+            if word[i:i + 2] == (a, b):
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        new_words[tuple(out)] += n
+    return [a, b], new_words
+
+
 _STEP_CASES = [({tuple(b"low"): 5, tuple(b"lower"): 2, tuple(b"newest"): 6, tuple(b"wider"): 3}, 256),
                ({tuple(b"aaab"): 3, tuple(b"aaaa"): 2, tuple(b"ba"): 1}, 300),  # (a, a) wins, overlapping
                ({tuple(b"xy"): 3, tuple(b"xz"): 3, tuple(b"xq"): 3, tuple(b"zzzzz"): 1}, 257)]  # (x, ?) vs (z, z)
@@ -109,8 +162,9 @@ _STEP_CASES = [({tuple(b"low"): 5, tuple(b"lower"): 2, tuple(b"newest"): 6, tupl
 @exercise("tokenization.merge_step",
           hint="count the pairs (weighted), take the most frequent, then rewrite every word left to right, "
                "replacing each non-overlapping occurrence of the pair by new_id; return (pair, new_words)",
-          wrong_answers=lambda: [_step_overlapping, _step_first_only, _step_unweighted],
-          solution=lambda: _reference_step)
+          wrong_answers=lambda: [_step_overlapping, _step_first_only, _step_unweighted, _step_right_to_left],
+          solution=lambda: _reference_step,
+          alternative_answers=lambda: [_step_with_lists])
 def _check_merge_step(answer):
     for words, new_id in _STEP_CASES:
         got = answer(dict(words), new_id)
@@ -158,11 +212,48 @@ def _encode_single_pass(data, merges):  # each position merged at most once, ear
     return out
 
 
+def _token_bytes(merges):
+    spelled = {i: bytes([i]) for i in range(256)}
+    for i, (a, b) in enumerate(merges):
+        spelled[256 + i] = spelled[a] + spelled[b]
+    return spelled
+
+
+def _encode_longest_match(data, merges):  # greedy longest token first: not what BPE does
+    by_bytes = {v: k for k, v in sorted(_token_bytes(merges).items(), reverse=True)}
+    out, i = [], 0
+    while i < len(data):
+        j = max(j for j in range(i + 1, len(data) + 1) if data[i:j] in by_bytes)
+        out.append(by_bytes[data[i:j]])
+        i = j
+    return out
+
+
+def _encode_in_merge_order(data, merges):  # each merge once, in order: equivalent to replaying by rank
+    ids = list(data)
+    for i, pair in enumerate(merges):
+        ids = merge_pair(ids, pair, 256 + i)
+    return ids
+
+
+def _encode_by_rank(data, merges):
+    rank = {p: r for r, p in enumerate(merges)}
+    ids = list(data)
+    while len(ids) > 1:
+        pair = min(zip(ids, ids[1:]), key=lambda p: rank.get(p, len(merges)))
+        if pair not in rank:
+            break
+        ids = merge_pair(ids, pair, 256 + rank[pair])
+    return tuple(ids)  # a tuple is accepted too
+
+
 @exercise("tokenization.encode",
           hint="start from list(data); repeatedly find the adjacent pair that appears earliest in the merge "
                "list and replace it by 256 + its index, until no adjacent pair is in the list",
-          wrong_answers=lambda: [_encode_reverse_order, _encode_single_pass, lambda data, merges: list(data)],
-          solution=lambda: (lambda data, merges: _reference_encode(data, merges)))
+          wrong_answers=lambda: [_encode_reverse_order, _encode_single_pass, lambda data, merges: list(data),
+                                 _encode_longest_match],
+          solution=lambda: (lambda data, merges: _reference_encode(data, merges)),
+          alternative_answers=lambda: [_encode_in_merge_order, _encode_by_rank])
 def _check_encode(answer):
     cases = [b" the", b"hello", b" thehello", b"hellllo", b"the the", b"", b"x", b"helhelo"]
     for data in cases:
