@@ -35,12 +35,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
+
 from bookkit.conventions import (EXERCISE, KERNELSPEC, SOLUTION, chapter_files, check_names,
                                  is_check_cell, tags_of)
 
-__all__ = ["COURSE_ID", "POINTS", "grade_id", "check_call", "regrade_source", "solution_source",
-           "graded_source", "source_notebook",
-           "write_course", "nbgrader_config", "release"]
+__all__ = ["COURSE_ID", "POINTS", "GradedCellTracebacks", "grade_id", "check_call", "regrade_source",
+           "solution_source", "graded_source", "source_notebook", "write_course", "nbgrader_config", "release"]
 
 COURSE_ID = "transformers-interactively"
 POINTS = 1                                   # per exercise: every checked exercise counts the same
@@ -175,6 +177,23 @@ def source_notebook(nb, points: int = POINTS):
     return nb
 
 
+class GradedCellTracebacks(Preprocessor):
+    """Feedback: an error in a graded cell shows its type and message only.
+
+    ``ClearHiddenTests`` removes the hidden lines from the cell's source, but a failing assert's
+    traceback quotes the lines around it, hidden ones included. The checker's printed verdict
+    (``NOT YET [name]: what differs. Hint: ...``) stays: that is the feedback that helps."""
+
+    enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".rstrip(": ")]
+        return cell, resources
+
+
 def nbgrader_config(course_id: str = COURSE_ID) -> str:
     """The course's ``nbgrader_config.py``."""
     return f'''"""nbgrader configuration of the course, written by `make course` (bookkit/course.py)."""
@@ -188,10 +207,12 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE", {EXCHANGE!r})
 # the released stub: the checker reports "your function still raises NotImplementedError"
 c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
-# feedback without the hidden tests (nbgrader shows them unless told otherwise)
+# feedback without the hidden tests (nbgrader shows them unless told otherwise), nor the
+# tracebacks that would quote them
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "bookkit.course.GradedCellTracebacks",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.Execute.timeout = 300          # a chapter runs in <= 60 s on two cores

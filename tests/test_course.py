@@ -228,12 +228,14 @@ def test_feedback_has_scores_and_no_hidden_tests(graded):
     root, times = graded
     for name in ASSIGNMENTS:
         times[f"generate_feedback {name}"] = nbgrader(root, "generate_feedback", name)
-        for student, total in (("solutions", 4), ("partial", 2)):
+        students = [("solutions", 4), ("partial", 2)] + [(cheat, 0) for cheat in CHEATS[name]]
+        for student, total in students:  # the cheats' failing asserts are in hidden code too
             page = (root / "feedback" / student / name / f"{name}.html").read_text()
             text = html.unescape(re.sub(r"<[^>]+>", "", page))  # the code as a student reads it
             assert f"Score: {float(total)} / 4.0" in text
             assert "HIDDEN TESTS" not in text and "_get_exercise" not in text
             assert "assert check(" in text  # the visible tests stay
+            assert total == 4 or "AssertionError" in text  # a failed check says so
 
 
 def test_grades_export_to_csv(graded):
