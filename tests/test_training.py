@@ -207,3 +207,21 @@ def test_checkpoint_is_small_and_reproduces_its_recorded_loss():
     loss = evaluate_lm(model, val_ids, info["train"]["context"])
     assert loss == pytest.approx(results["main"]["val_loss_float16"], abs=1e-4)
     assert loss < math.log(len(tok)) - 2  # far better than uniform (perplexity < V / e^2)
+
+
+def test_init_std_default_keeps_torch_init_and_small_init_starts_near_ln_v():
+    kw = dict(d_model=32, num_heads=2, num_layers=2, max_len=16)
+    torch.manual_seed(0)
+    default = tl.DecoderOnlyLM(200, **kw)
+    torch.manual_seed(0)
+    explicit_none = tl.DecoderOnlyLM(200, init_std=None, **kw)
+    for (n, a), (_, b) in zip(default.state_dict().items(), explicit_none.state_dict().items()):
+        assert torch.equal(a, b), n
+    torch.manual_seed(0)
+    small = tl.DecoderOnlyLM(200, init_std=0.02, **kw)
+    tokens = torch.randint(0, 200, (4, 16))
+    with torch.no_grad():
+        assert causal_lm_loss(small(tokens), tokens).item() == pytest.approx(math.log(200), abs=0.05)
+        assert causal_lm_loss(default(tokens), tokens).item() > math.log(200) + 1  # N(0, 1) tied embedding
+    assert all(float(m.bias.abs().max()) == 0 for m in small.modules()
+               if isinstance(m, torch.nn.Linear) and m.bias is not None)
