@@ -173,8 +173,9 @@ def load_smollm2(device: torch.device | str | None = None, path: str | Path | No
     path = smollm2_gguf_path() if path is None else Path(path)
     meta, tensors = read_gguf(path)
     cfg = LlamaConfig.from_gguf(meta)
-    model = LlamaDecoder(cfg)
-    model.load_state_dict(llama_state_from_gguf(tensors, cfg), strict=True)
+    with torch.device("meta"):  # no random initialization: every weight comes from the file
+        model = LlamaDecoder(cfg)
+    model.load_state_dict(llama_state_from_gguf(tensors, cfg), strict=True, assign=True)
     device = get_device() if device is None else torch.device(device)
     model = model.to(device).eval()
     for p in model.parameters():
