@@ -24,6 +24,7 @@ successful build.
 from __future__ import annotations
 
 import copy
+import html
 import hashlib
 import json
 import re
@@ -143,6 +144,19 @@ def relink(text: str, existing: set[str], planned: set[str], folder: str = "") -
     return LINK_RE.sub(one, text)
 
 
+def described_image(output: dict) -> None:
+    """Give a PNG output that carries a description (``transformer_lib.plotting.show`` stores it in
+    the output metadata as ``{"image/png": {"alt": ...}}``) an HTML twin ``<img alt=...>``:
+    myst-nb takes an image's alt only from cell-level options, one per cell, while a cell may draw
+    several figures, each with its own description. The HTML builder prefers text/html."""
+    data = output.get("data", {})
+    alt = output.get("metadata", {}).get("image/png", {}).get("alt")
+    if "image/png" in data and alt and "text/html" not in data:
+        png = "".join(data["image/png"]) if isinstance(data["image/png"], list) else data["image/png"]
+        data["text/html"] = (f'<img class="tlib-figure" src="data:image/png;base64,{png.strip()}" '
+                             f'alt="{html.escape(alt, quote=True)}"/>')
+
+
 def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
     """The book's copy of an executed chapter notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
@@ -156,6 +170,7 @@ def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "stream":
                     out["text"] = collapse_carriage_returns(out["text"])
+                described_image(out)
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
             if SOLUTION in tags:
                 if HIDE_INPUT not in tags:

@@ -300,3 +300,14 @@ def test_launch_and_download_buttons(html, stem):
     assert f"repo={quote(repo, safe='/')}" in pull.group(1) and f"chapters/{stem}.ipynb" in pull.group(1)
     assert f'href="../_sources/chapters/{stem}.ipynb"' in text, "no download button"
     assert (html / "_sources" / "chapters" / f"{stem}.ipynb").exists()
+
+
+def test_every_img_of_the_built_book_has_alt_text(html):
+    """Screen readers read the alt of every picture; a figure without one is silent."""
+    missing = []
+    for page in sorted(Path(html).rglob("*.html")):
+        for tag in re.findall(r"<img\b[^>]*>", page.read_text(errors="replace"), re.I):
+            alt = re.search(r"""\balt\s*=\s*(["'])(.*?)\1""", tag, re.S)
+            if not alt or not alt.group(2).strip():
+                missing.append(f"{page.relative_to(html)}: {tag[:100]}")
+    assert not missing, f"{len(missing)} images without alt text, e.g. {missing[:5]}"

@@ -1,17 +1,64 @@
 """Plotting helpers every chapter shares, so every attention map and mask looks the same.
 
 Colormaps are perceptually uniform (viridis for weights, a grey map for masks), every axis is
-labelled, and every figure gets a title.
+labelled, and every figure gets a title. Every figure is shown with :func:`show`, which takes a
+short description of what the figure shows; that description travels with the image as its alt
+text (into the notebook, the web book and the PDF), so a reader who cannot see the picture still
+learns what is plotted against what and what the point is.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["attention_heatmap", "plot_mask", "heatmap_grid", "new_figure"]
+__all__ = ["attention_heatmap", "plot_mask", "heatmap_grid", "new_figure", "show", "figure_description"]
+
+_CAPTURING = False  # True while a widget precomputes its static panels (it saves the figures itself)
+
+
+def show(description: str, fig=None) -> None:
+    """Display ``fig`` (default: the current figure) with ``description`` as its alt text.
+
+    Use it instead of ``plt.show()``. The description says what is plotted against what and what
+    the reader should see, e.g. ``"Attention weight of each query (rows) on each key (columns):
+    each query puts most weight on the key with the same word"``. It is stored in the output's
+    metadata (``{"image/png": {"alt": ...}}``), where the book build turns it into the ``alt`` of
+    the ``<img>``.
+    """
+    if not isinstance(description, str) or len(description.split()) < 4:
+        raise ValueError("description must be a sentence saying what the figure shows (at least four words), "
+                         f"got {description!r}")
+    fig = plt.gcf() if fig is None else fig
+    fig._tlib_description = " ".join(description.split())
+    if _CAPTURING:
+        return
+    from IPython.core.pylabtools import print_figure
+    from IPython.display import Image, display
+
+    display(Image(data=print_figure(fig, "png", bbox_inches="tight"), alt=fig._tlib_description))
+    plt.close(fig)
+
+
+def figure_description(fig) -> str | None:
+    """The description given to :func:`show` for ``fig``, or None."""
+    return getattr(fig, "_tlib_description", None)
+
+
+@contextlib.contextmanager
+def capturing_figures():
+    """While active, :func:`show` and ``plt.show`` only label figures and keep them open (the
+    widgets use it to save every figure of each precomputed setting themselves)."""
+    global _CAPTURING
+    previous, original_show = _CAPTURING, plt.show
+    _CAPTURING, plt.show = True, (lambda *a, **k: None)
+    try:
+        yield
+    finally:
+        _CAPTURING, plt.show = previous, original_show
 
 
 def _to_numpy(x) -> np.ndarray:

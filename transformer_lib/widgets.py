@@ -105,15 +105,12 @@ def _run_captured(fn: Callable, kwargs: dict) -> str:
     """Run ``fn(**kwargs)`` and return its printed text, figures and return value as HTML."""
     import matplotlib.pyplot as plt
 
+    from .plotting import capturing_figures, figure_description
+
     plt.close("all")
     buffer = io.StringIO()
-    original_show = plt.show
-    plt.show = lambda *a, **k: None  # keep figures open so we can save them below
-    try:
-        with contextlib.redirect_stdout(buffer):
-            result = fn(**kwargs)
-    finally:
-        plt.show = original_show
+    with capturing_figures(), contextlib.redirect_stdout(buffer):  # figures stay open: saved below
+        result = fn(**kwargs)
     parts = []
     text = buffer.getvalue()
     if text:
@@ -126,7 +123,7 @@ def _run_captured(fn: Callable, kwargs: dict) -> str:
         title = fig._suptitle.get_text() if fig._suptitle is not None else ""
         if not title and fig.axes:
             title = fig.axes[0].get_title()
-        alt = html.escape(f"{title or 'figure'} ({settings})", quote=True)
+        alt = html.escape(f"{figure_description(fig) or title or 'figure'} ({settings})", quote=True)
         data = base64.b64encode(png.getvalue()).decode("ascii")
         parts.append(f"<img class='tlib-figure' alt=\"{alt}\" src='data:image/png;base64,{data}'/>")
     plt.close("all")
