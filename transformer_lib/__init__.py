@@ -13,7 +13,9 @@ Modules, one concept each:
 * :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM
 * :mod:`.rnn` the recurrent baseline; :mod:`.cost` multiply-accumulate and parameter counts,
   work and depth levels
-* :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels
+* :mod:`.tiled` exact attention tile by tile with an online softmax (FlashAttention's idea, chapter 11)
+* :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels (a package: patterns,
+  a readable reference kernel, blocked, flex, dilated, global tokens)
 * :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
 * :mod:`.grouped_query` grouped-query attention; :mod:`.kv_cache` the key/value cache;
   :mod:`.sampling` decoding strategies (greedy, temperature, top-k, top-p, repetition penalty,
@@ -25,7 +27,8 @@ Modules, one concept each:
 * :mod:`.tokenization` byte-level BPE from scratch (chapter 15); :mod:`.training` the training
   loop and the language-model recipe (chapter 16); :mod:`.data` the book-prose corpus and the
   small GPT checkpoint
-* :mod:`.device`, :mod:`.plotting`, :mod:`.widgets`, :mod:`.exercises`
+* :mod:`.device`, :mod:`.plotting` (every figure shown with a description: its alt text), :mod:`.widgets`,
+  :mod:`.exercises`
 
 The book's machinery (chapter pipeline, student copies, slides, progress, book build) is the
 separate package ``bookkit``; nothing here imports it.
