@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -308,6 +309,8 @@ def test_every_img_of_the_built_book_has_alt_text(html):
     for page in sorted(Path(html).rglob("*.html")):
         for tag in re.findall(r"<img\b[^>]*>", page.read_text(errors="replace"), re.I):
             alt = re.search(r"""\balt\s*=\s*(["'])(.*?)\1""", tag, re.S)
-            if not alt or not alt.group(2).strip():
+            words = alt.group(2).split() if alt else []
+            # docutils falls back to the file name (".../abc123.png") when no alt was given: not words
+            if len(words) < 2 or re.search(r"\.(png|jpe?g|svg|gif)$", words[-1], re.I):
                 missing.append(f"{page.relative_to(html)}: {tag[:100]}")
-    assert not missing, f"{len(missing)} images without alt text, e.g. {missing[:5]}"
+    assert not missing, f"{len(missing)} images without a description as alt text, e.g. {missing[:5]}"

@@ -203,7 +203,7 @@ def count_flops(module: torch.nn.Module, *args, **kwargs) -> FlopCount:
     GPU attention kernels). An operation without one counts zero, silently: on the CPU, the fused
     ``_scaled_dot_product_flash_attention_for_cpu`` kernel is such an operation, so the score
     and mixing products of ``F.scaled_dot_product_attention`` go missing there. Setting
-    ``keep_weights = True`` on the library's layers routes attention through explicit matmuls,
+    ``record_attention(layer, weights=True)`` on the library's layers routes attention through explicit matmuls,
     which are counted.
     """
     from torch.utils.flop_counter import FlopCounterMode
