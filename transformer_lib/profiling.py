@@ -202,9 +202,9 @@ def count_flops(module: torch.nn.Module, *args, **kwargs) -> FlopCount:
     Only operations with a registered FLOP formula are counted (matmuls, convolutions and the
     GPU attention kernels). An operation without one counts zero, silently: on the CPU, the fused
     ``_scaled_dot_product_flash_attention_for_cpu`` kernel is such an operation, so the score
-    and mixing products of ``F.scaled_dot_product_attention`` go missing there. Setting
-    ``record_attention(layer, weights=True)`` on the library's layers routes attention through explicit matmuls,
-    which are counted.
+    and mixing products of ``F.scaled_dot_product_attention`` go missing there. Run the call inside
+    ``probes.record_attention(layer, weights=True)``: the library's layers then take the explicit
+    matmul path, which is counted.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
