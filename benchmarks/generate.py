@@ -111,7 +111,7 @@ def main() -> None:
     print(f"cached / reference = {ratio:.2f}  (target >= 1.0); greedy tokens identical: {same}")
     print(f"one step at {context} tokens of context: cached {1e3 * step_cached:.1f} ms, uncached "
           f"{1e3 * step_uncached:.1f} ms, speedup {step_uncached / step_cached:.1f}x  (target >= 5x)")
-    if not args.no_write and not args.quick:
+    if not args.no_write:  # --quick writes too, with its setting (new_tokens, rounds) recorded
         write_results("generate", {
             "setting": {"model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)", "batch": 1,
                         "dtype": "float32", "device": "cpu", "decoding": "greedy", "prompt_tokens": prompt_len,
