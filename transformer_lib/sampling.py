@@ -122,6 +122,15 @@ def _generator(seed: int | None, device) -> torch.Generator | None:
     return torch.Generator(device=device).manual_seed(int(seed))
 
 
+def _prompt_batch(model, prompt_ids) -> torch.Tensor:
+    """The prompt as a (1, L) batch of token ids on the model's device; an empty prompt is an error."""
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
+    if ids.shape[1] == 0:
+        raise ValueError("the prompt must hold at least one token")
+    return ids
+
+
 @torch.no_grad()
 def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
@@ -132,11 +141,8 @@ def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.
     token; without it every step re-runs the whole sequence (same tokens, more work)."""
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    device = next(model.parameters()).device
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
-    if ids.shape[1] == 0:
-        raise ValueError("the prompt must hold at least one token")
-    gen = _generator(seed, device)
+    ids = _prompt_batch(model, prompt_ids)  # (1, L)
+    gen = _generator(seed, ids.device)
     cache = model.new_cache() if use_cache else None
     new: list[int] = []
     feed = ids  # what the next forward pass sees
@@ -160,10 +166,8 @@ def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: 
         raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    device = next(model.parameters()).device
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
-    if prompt.shape[1] == 0:
-        raise ValueError("the prompt must hold at least one token")
+    prompt = _prompt_batch(model, prompt_ids)  # (1, L)
+    device = prompt.device
     cache = model.new_cache()
     log_probs = model(prompt, cache=cache, last_only=True)[:, -1].log_softmax(-1)  # (1, V)
     beams: list[list[int]] = [[]]
