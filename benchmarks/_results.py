@@ -10,8 +10,6 @@ and prints ``result["machine"]`` next to the numbers.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
@@ -19,24 +17,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict:
-    """The facts a reader needs to compare a number with their own: CPU, cores, threads, torch, load."""
-    import torch
+    """The facts a reader needs to compare a number with their own (``profiling.machine_info``,
+    the library's one description of a machine), under the short keys the chapters print."""
+    from transformer_lib.profiling import machine_info
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
-    if hasattr(os, "getloadavg"):
-        info["load_1min"] = round(os.getloadavg()[0], 2)
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
+    info = machine_info()
+    out = {"cpu": info["cpu"], "cores": info["cpu_count"], "torch_threads": info["torch_threads"],
+           "torch": info["torch"], "python": info["python"], "date": time.strftime("%Y-%m-%d")}
+    if info["load_average_1min"] is not None:
+        out["load_1min"] = info["load_average_1min"]
+    if info["gpu"]:
+        out["gpu"] = info["gpu"]
+    return out
 
 
 def describe(info: dict) -> str:
