@@ -44,7 +44,15 @@ compiled kernel of one case leaks into another. In the subprocess:
 * scores: the exact number of band pairs per head (``band_score_count``) next to n^2, and what
   each kernel really computes (whole tiles: ``blocked_score_count`` / ``flex_score_count``);
   ns/score is the time per computed score and head. A speedup over dense is the product of
-  (n^2 / computed scores) and (dense ns/score / kernel ns/score).
+  (n^2 / computed scores) and (dense ns/score / kernel ns/score);
+* ceiling: what any kernel made of tiles could reach on this machine. A tile kernel with blocks
+  of b queries computes b + 2h keys per query (h = w // 2; the band needs 2h + 1) through three
+  steps per tile: the (b x d) @ (d x (b + 2h)) score product, a softmax over each row, and the
+  (b x (b + 2h)) @ ((b + 2h) x d) product with v. Each step is timed alone on one thread, on
+  tiles already in cache, with nothing allocated (the best case for a kernel built from them),
+  for b = 16, 32 and 64. The ratio such a kernel could reach is
+  (n / (b + 2h)) x (dense ns/score / the three steps' ns/score), dense's cost taken from the
+  one-thread headline rounds. Small tiles waste fewer scores but make slower matrix products.
 
 It is a benchmark, not a test: it prints, it asserts nothing. Run it on a quiet machine (the
 load average is printed) and with ``nice`` on a shared one.
@@ -170,13 +178,63 @@ def run_headline(kernel: str, repeat: int, rounds: int) -> dict:
     return result
 
 
+CEILING_BLOCKS = (16, 32, 64)
+
+
+def run_ceiling(repeat: int) -> dict:
+    """One thread, CPU time: the three steps of a tile kernel, each alone, per computed score."""
+    import torch
+
+    torch.set_num_threads(1)
+    half = WINDOW // 2
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for b in CEILING_BLOCKS:
+        W, count = b + 2 * half, 256 // b  # keys per tile; 256 queries per batched call
+        q, k, v = (torch.randn(count, rows_, D, generator=g) for rows_ in (b, W, W))
+        scores, out = torch.empty(count, b, W), torch.empty(count, b, D)
+        probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
+        steps = {"scores": lambda: torch.bmm(q, k.transpose(1, 2), out=scores),
+                 "softmax": lambda: torch.softmax(scores, dim=-1),
+                 "values": lambda: torch.bmm(probs, v, out=out)}
+        row = {"block": b, "keys_per_query": W}
+        for name, fn in steps.items():
+            calls = 50
+            for _ in range(3):
+                fn()
+            times = []
+            for _ in range(max(repeat, 5)):
+                start = time.thread_time()
+                for _ in range(calls):
+                    fn()
+                times.append((time.thread_time() - start) / calls)
+            row[f"{name}_ns_per_score"] = statistics.median(times) * 1e9 / (count * b * W)
+        rows.append(row)
+    a, b_ = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
+    a @ b_
+    times = []
+    for _ in range(max(repeat, 5)):
+        start = time.thread_time()
+        a @ b_
+        times.append(time.thread_time() - start)
+    # the reference for "fast": a large square product, as close to peak as this BLAS gets
+    return {"threads": 1, "clock": "cpu", "rows": rows, "large_matmul_gflops": 2 * 1024 ** 3 / statistics.median(times) / 1e9}
+
+
 def measure(kernel: str, n: int, repeat: int, clock: str = "wall") -> dict:
     """Run :func:`run_case` in a fresh subprocess."""
+    # the malloc settings make the peak-memory column exact; they also make every freed block of
+    # over 128 KiB go back to the OS, so the next call page-faults it in again: timing-only runs
+    # (the headline, the ceiling) keep the default allocator that a user has
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
     cmd = [sys.executable, __file__, "--case", kernel, str(n), "--repeat", str(repeat), "--clock", clock]
     if kernel.startswith("headline:"):
+        env = dict(os.environ)
         cmd = [sys.executable, __file__, "--headline", kernel.split(":", 1)[1], "--repeat", str(repeat),
                "--rounds", str(n)]
+    if kernel == "ceiling":
+        env = dict(os.environ)
+        cmd = [sys.executable, __file__, "--ceiling", "--repeat", str(repeat)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -204,6 +262,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", nargs=2, metavar=("KERNEL", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--headline", metavar="KERNEL", help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5, help="timed calls per case (median)")
     parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds for the headline ratio")
     parser.add_argument("--quick", action="store_true", help="n = 2048 and 8192 only, no headline")
@@ -218,6 +277,9 @@ def main() -> int:
         return 0
     if args.headline:
         print(json.dumps(run_headline(args.headline, args.repeat, args.rounds)))
+        return 0
+    if args.ceiling:
+        print(json.dumps(run_ceiling(args.repeat)))
         return 0
 
     from transformer_lib import profiling, sparse as sp
@@ -292,6 +354,26 @@ def main() -> int:
                     print(f"  {clock:>11} ({h['threads']} thread(s)): dense {statistics.median(h['dense_seconds']):.2f} s, "
                           f"{best['kernel']} {statistics.median(h['kernel_seconds']) * 1e3:.0f} ms, "
                           f"ratio {h['median_ratio']:.1f}x (rounds: {', '.join(f'{x:.1f}' for x in h['ratios'])})")
+    ceiling = None
+    if headline and "cpu_1thread" in headline:
+        ceiling = measure("ceiling", 0, args.repeat)
+        if "rows" in ceiling:
+            dense_ns = statistics.median(headline["cpu_1thread"]["dense_seconds"]) * 1e9 / (H * HEADLINE_N ** 2)
+            ceiling["dense_ns_per_score"] = dense_ns
+            print(f"\nceiling: a tile kernel's three steps timed alone (one thread, in cache, nothing allocated); "
+                  f"dense + mask costs {dense_ns:.2f} ns per score; a 1024^3 matrix product runs at "
+                  f"{ceiling['large_matmul_gflops']:.0f} GFLOP/s, the score product at 2 d / (its ns per score)")
+            print(f"{'block':>6} {'keys/query':>10} {'n/keys':>7} {'scores':>7} {'softmax':>8} {'values':>7} "
+                  f"{'sum':>6} {'best ratio':>10}")
+            for row in ceiling["rows"]:
+                total = sum(row[f"{step}_ns_per_score"] for step in ("scores", "softmax", "values"))
+                row["total_ns_per_score"] = total
+                row["best_ratio"] = HEADLINE_N / row["keys_per_query"] * dense_ns / total
+                print(f"{row['block']:>6} {row['keys_per_query']:>10} {HEADLINE_N / row['keys_per_query']:>7.1f} "
+                      f"{row['scores_ns_per_score']:>7.2f} {row['softmax_ns_per_score']:>8.2f} "
+                      f"{row['values_ns_per_score']:>7.2f} {total:>6.2f} {row['best_ratio']:>9.1f}x")
+        else:
+            print(f"ceiling: failed: {ceiling.get('error')}")
     machine["load_average_1min_end"] = round(os.getloadavg()[0], 2)
     print(f"load average {machine['load_average_1min_end']:.2f} at the end")
     report = {
@@ -299,7 +381,7 @@ def main() -> int:
         "machine": machine, "setting": {"B": B, "H": H, "d_k": D, "dtype": "float32", "window": WINDOW, "clock": args.clock,
                                         "repeat": args.repeat, "dilation": DILATION, "dilated_n": DILATED_N},
         "window": [dict(r) for r in results.values()], "dilated": list(dil.values()),
-        "growth_exponents": growth, "headline": headline,
+        "growth_exponents": growth, "headline": headline, "ceiling": ceiling,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
