@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from _servers import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "00-how-to-use"
@@ -137,12 +137,7 @@ def lab(tmp_path_factory):
                 time.sleep(0.5)
         yield {"url": url, "token": token, "net_log": net_log, "log": tmp / "lab.log"}
     finally:
-        server.send_signal(signal.SIGTERM)  # the server shuts its kernels down
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop(server, 30)  # SIGTERM: the server shuts its kernels down
         log.close()
 
 
