@@ -55,3 +55,27 @@ def test_an_off_by_one_count_is_told_too_high_or_low_without_the_value():
 def test_a_tile_update_that_normalizes_early_is_caught_at_the_output():
     result = check("flash.tile_update", get("flash.tile_update").wrong_answers()[2], quiet=True)
     assert not result.passed and "acc / l" in result.message
+
+
+def test_the_answer_types_the_chapter_promises_are_accepted():
+    """The exercises say: pairs as tuple or list, values as tensors, NumPy arrays or lists, counts as ints."""
+    import numpy as np
+
+    from transformer_lib.tiled import merge_partial_attention, online_softmax_step
+
+    def step_as_lists(m, l, s):
+        new_m, new_l = online_softmax_step(m, l, s)
+        return [new_m.tolist(), new_l.numpy()]
+
+    def merge_as_lists(out_a, lse_a, out_b, lse_b):
+        out, lse = merge_partial_attention(out_a, lse_a, out_b, lse_b)
+        return [out.tolist(), np.asarray(lse)]
+
+    def skipped_as_numpy_int(n, block_q, block_k):
+        computed, total = count_tiles(n, n, block_q, block_k, causal=True)
+        return np.int64(total - computed)
+
+    for name, answer in [("flash.online_softmax_step", step_as_lists), ("flash.merge", merge_as_lists),
+                         ("flash.causal_tiles_skipped", skipped_as_numpy_int)]:
+        result = check(name, answer, quiet=True)
+        assert result.passed, f"{name}: {result.message}"
