@@ -8,8 +8,9 @@ distribution. A decoding strategy turns that into one token:
 * top-k: keep the k most likely tokens, renormalize.
 * top-p (nucleus, Holtzman et al. 2020): keep the *smallest* set of most likely tokens whose
   probabilities add up to at least p, renormalize. Adapts to how peaked the distribution is.
-* repetition penalty (CTRL, Keskar et al. 2019): for tokens already in the text, divide a
-  positive logit by the penalty (multiply a negative one), making repeats less likely.
+* repetition penalty (Keskar et al. 2019, CTRL, divided every repeated logit, which *raises* a
+  negative one; the sign-aware form used here and in Hugging Face's ``transformers`` divides a
+  positive logit and multiplies a negative one), making repeats less likely.
 * beam search: keep the ``num_beams`` most likely partial continuations (sum of log-probs),
   extend each by every token, keep the best again; returns the best finished one.
 
@@ -71,8 +72,9 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def apply_repetition_penalty(logits: torch.Tensor, previous_ids, penalty: float) -> torch.Tensor:
-    """CTRL's penalty on the tokens in ``previous_ids`` (1-D ids, for a (V,) row or every row):
-    positive logits are divided by ``penalty``, negative ones multiplied. ``penalty=1`` is a no-op."""
+    """The sign-aware repetition penalty on the tokens in ``previous_ids`` (1-D ids, for a (V,) row
+    or every row): positive logits are divided by ``penalty``, negative ones multiplied (CTRL's
+    original divided both). ``penalty=1`` is a no-op."""
     _check_logits(logits)
     if not penalty > 0:
         raise ValueError(f"repetition penalty must be > 0 (1 = none), got {penalty}")
@@ -161,7 +163,12 @@ def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.
 def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: int | None = None,
                 length_penalty: float = 1.0) -> tuple[list[int], float]:
     """Beam search with the KV cache; returns ``(best new ids, its score)``, score = sum of
-    log-probs / (new length ** length_penalty). Finished beams (ending in ``eos_id``) leave the beam."""
+    log-probs / (new length ** length_penalty). Finished beams (ending in ``eos_id``) leave the beam.
+
+    The search stops once ``num_beams`` beams have finished and the best of them scores at least
+    the best live beam. With ``length_penalty=0`` that is exact (a live beam's sum of log-probs
+    can only fall); with a positive penalty a longer beam's normalized score can still rise, so
+    the stop is a heuristic, like ``transformers``' default ``early_stopping=False``."""
     if not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
