@@ -185,8 +185,9 @@ def run_ceiling(repeat: int) -> dict:
     """One thread, CPU time: the three steps of a tile kernel, each alone, per computed score."""
     import torch
 
-    torch.set_num_threads(1)
-    half = WINDOW // 2
+    from transformer_lib import profiling
+
+    half, calls = WINDOW // 2, 50  # a step takes ~0.1 ms: each timed run makes `calls` calls
     g = torch.Generator().manual_seed(0)
     rows = []
     for b in CEILING_BLOCKS:
@@ -199,42 +200,32 @@ def run_ceiling(repeat: int) -> dict:
                  "values": lambda: torch.bmm(probs, v, out=out)}
         row = {"block": b, "keys_per_query": W}
         for name, fn in steps.items():
-            calls = 50
-            for _ in range(3):
-                fn()
-            times = []
-            for _ in range(max(repeat, 5)):
-                start = time.thread_time()
+            def many(fn=fn):  # each result is dropped at once, as in a kernel's loop
                 for _ in range(calls):
                     fn()
-                times.append((time.thread_time() - start) / calls)
-            row[f"{name}_ns_per_score"] = statistics.median(times) * 1e9 / (count * b * W)
+            seconds = profiling.time_call(many, repeats=max(repeat, 5), cpu_time=True, statistic="median") / calls
+            row[f"{name}_ns_per_score"] = seconds * 1e9 / (count * b * W)
         rows.append(row)
-    a, b_ = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
-    a @ b_
-    times = []
-    for _ in range(max(repeat, 5)):
-        start = time.thread_time()
-        a @ b_
-        times.append(time.thread_time() - start)
     # the reference for "fast": a large square product, as close to peak as this BLAS gets
-    return {"threads": 1, "clock": "cpu", "rows": rows, "large_matmul_gflops": 2 * 1024 ** 3 / statistics.median(times) / 1e9}
+    a, b_ = torch.randn(1024, 1024, generator=g), torch.randn(1024, 1024, generator=g)
+    seconds = profiling.time_call(torch.matmul, a, b_, repeats=max(repeat, 5), cpu_time=True, statistic="median")
+    return {"threads": 1, "clock": "cpu", "rows": rows, "large_matmul_gflops": 2 * 1024 ** 3 / seconds / 1e9}
 
 
 def measure(kernel: str, n: int, repeat: int, clock: str = "wall") -> dict:
     """Run :func:`run_case` in a fresh subprocess."""
-    # the malloc settings make the peak-memory column exact; they also make every freed block of
-    # over 128 KiB go back to the OS, so the next call page-faults it in again: timing-only runs
-    # (the headline, the ceiling) keep the default allocator that a user has
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
-    cmd = [sys.executable, __file__, "--case", kernel, str(n), "--repeat", str(repeat), "--clock", clock]
+    env = dict(os.environ)
     if kernel.startswith("headline:"):
-        env = dict(os.environ)
-        cmd = [sys.executable, __file__, "--headline", kernel.split(":", 1)[1], "--repeat", str(repeat),
-               "--rounds", str(n)]
-    if kernel == "ceiling":
-        env = dict(os.environ)
-        cmd = [sys.executable, __file__, "--ceiling", "--repeat", str(repeat)]
+        cmd = [__file__, "--headline", kernel.split(":", 1)[1], "--rounds", str(n)]
+    elif kernel == "ceiling":
+        cmd = [__file__, "--ceiling"]
+    else:
+        cmd = [__file__, "--case", kernel, str(n), "--clock", clock]
+        # the malloc settings make the peak-memory column exact; they also make every freed block
+        # of over 128 KiB go back to the OS, so the next call page-faults it in again: the
+        # timing-only runs above keep the default allocator that a user has
+        env.update(MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
+    cmd = [sys.executable, *cmd, "--repeat", str(repeat)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
