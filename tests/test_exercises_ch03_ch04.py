@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from transformer_lib.exercises import check, get, list_exercises
+from transformer_lib.exercises import check, list_exercises
 from transformer_lib.masks import causal_mask, padding_mask
 from transformer_lib.multihead import merge_heads, split_heads
 from transformer_lib.tasks import shift_right
@@ -47,26 +47,6 @@ def test_every_exercise_of_these_chapters_has_a_solution_here():
 def test_solution_passes(name):
     result = check(name, SOLUTIONS[name], quiet=True)
     assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_wrong_answers_fail(name):
-    wrong = get(name).wrong_answers()
-    assert len(wrong) >= 2
-    for answer in wrong:
-        result = check(name, answer, quiet=True)
-        assert not result.passed, f"{name} accepted a wrong answer: {result.message}"
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_stubs_and_crashes_are_reported_not_raised(name):
-    assert not check(name, None, quiet=True).passed
-
-    def crashes(*args):
-        raise RuntimeError("boom")
-
-    result = check(name, crashes, quiet=True)
-    assert not result.passed and "RuntimeError" in result.message
 
 
 def test_library_solutions_pass_too():

@@ -1,8 +1,7 @@
-"""Chapter 11 checkers: the reference solution and the alternatives pass, every wrong answer fails,
-stubs and crashes are reported, and no message gives the expected value away."""
+"""Chapter 11 checkers, beyond what tests/test_exercises.py and tests/test_exercises_answers.py
+check for every exercise (solutions, alternatives, wrong answers, stubs, crashes): messages that
+point the way without giving the expected value away, and the answer types the chapter promises."""
 import re
-
-import pytest
 
 from transformer_lib.exercises import check, get, list_exercises
 from transformer_lib.tiled import count_tiles
@@ -12,34 +11,6 @@ NAMES = ["flash.causal_tiles_skipped", "flash.merge", "flash.online_softmax_step
 
 def test_the_chapter_registers_these_exercises():
     assert list_exercises("flash.") == NAMES
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_reference_and_alternative_solutions_pass(name):
-    ex = get(name)
-    for answer in [ex.solution(), *ex.alternative_answers()]:
-        result = check(name, answer, quiet=True)
-        assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_wrong_answers_fail(name):
-    wrong = get(name).wrong_answers()
-    assert len(wrong) >= 4
-    for k, answer in enumerate(wrong):
-        result = check(name, answer, quiet=True)
-        assert not result.passed, f"{name}: wrong answer #{k} passed: {result.message}"
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_stubs_and_crashes_are_reported_not_raised(name):
-    assert not check(name, None, quiet=True).passed
-
-    def crashes(*args):
-        raise RuntimeError("boom")
-
-    result = check(name, crashes, quiet=True)
-    assert not result.passed and "RuntimeError" in result.message
 
 
 def test_an_off_by_one_count_is_told_too_high_or_low_without_the_value():

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.exercises import check, get, list_exercises
+from transformer_lib.exercises import check, list_exercises
 
 
 def count_pairs(words):
@@ -89,17 +89,3 @@ def test_every_exercise_of_both_chapters_has_a_solution_here():
 def test_solutions_pass(name):
     for answer in SOLUTIONS[name]:
         assert check(name, answer, quiet=True), check(name, answer, quiet=True).message
-    assert check(name, get(name).solution(), quiet=True)
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_wrong_answers_fail(name):
-    wrong = get(name).wrong_answers()
-    assert len(wrong) >= 3
-    for answer in wrong:
-        assert not check(name, answer, quiet=True)
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_stubs_are_not_yet(name):
-    assert "replace the stub" in check(name, ..., quiet=True).message
