@@ -240,20 +240,28 @@ def test_score_counts_match_the_masks(n, w, causal):
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 300), w=st.integers(1, 200), causal=st.booleans(), block=st.sampled_from([1, 4, 16, 32]))
 def test_blocked_score_count_is_what_the_kernel_computes(n, w, causal, block):
-    """Tally the scores of every SDPA call the blocked kernel makes (one head, batch 1)."""
+    """Tally the scores of every score product the blocked kernel makes (one head, batch 1), on
+    both of its interior paths: fused SDPA (gradients wanted) and the hand-written tiles."""
     import torch.nn.functional as F
 
     computed = []
-    sdpa = F.scaled_dot_product_attention
+    sdpa, baddbmm = F.scaled_dot_product_attention, torch.baddbmm
 
-    def counting(q, k, v, *args, **kwargs):
+    def counting_sdpa(q, k, v, *args, **kwargs):
         computed.append(q[..., 0].numel() * k.shape[-2])  # (batch dims) x rows x keys
         return sdpa(q, k, v, *args, **kwargs)
 
-    q, k, v = _qkv(1, 1, n, 2, 0)
-    with mock.patch.object(F, "scaled_dot_product_attention", counting):
-        sp.sliding_window_attention(q, k, v, w, causal, kernel="blocked", block_size=block)
-    assert sum(computed) == sp.blocked_score_count(n, w, causal, block_size=block)
+    def counting_baddbmm(input, batch1, batch2, **kwargs):
+        computed.append(batch1.shape[0] * batch1.shape[1] * batch2.shape[2])  # tiles x rows x keys
+        return baddbmm(input, batch1, batch2, **kwargs)
+
+    for grad in (False, True):
+        q, k, v = (x.requires_grad_(grad) for x in _qkv(1, 1, n, 2, 0))
+        computed.clear()
+        with mock.patch.object(F, "scaled_dot_product_attention", counting_sdpa), \
+                mock.patch.object(torch, "baddbmm", counting_baddbmm):
+            sp.sliding_window_attention(q, k, v, w, causal, kernel="blocked", block_size=block)
+        assert sum(computed) == sp.blocked_score_count(n, w, causal, block_size=block)
 
 
 def test_seed_numbers():
@@ -374,6 +382,20 @@ def test_measuring_helpers():
     if peak is None:
         pytest.skip("no peak-memory counter on this platform")
     assert 60 * 2**20 <= peak <= 200 * 2**20
+    # below glibc's 32 MiB mmap maximum, a freed block may stay in the heap and be reused without
+    # the resident size growing: every measurement must still see its temporary, also after the
+    # allocator has been warmed again by the previous one
+    for _ in range(3):
+        peak = profiling.peak_memory(lambda: torch.ones(2 * 2**20).sum())  # an 8 MiB temporary
+        assert 7 * 2**20 <= peak <= 40 * 2**20
+    # ... and afterwards the allocator is warm again: a freed 8 MiB block is reused, not handed
+    # back to the OS and faulted in afresh by the next allocation of that size
+    torch.ones(2 * 2**20).sum()  # allocated and freed
+    before, _ = profiling._rss_kib()
+    again = torch.ones(2 * 2**20)  # held while the resident size is read
+    after, _ = profiling._rss_kib()
+    del again
+    assert after - before < 2 * 1024  # KiB
 
 
 # -- bad input -------------------------------------------------------------------------------------

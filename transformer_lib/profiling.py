@@ -108,24 +108,46 @@ def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1, devi
 _LIBC: list = []
 
 
+def _libc():
+    """glibc through ctypes, or None where the C library is not glibc."""
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt, libc.malloc_trim  # noqa: B018 - both must exist (glibc)
+            _LIBC.append(libc)
+        except (OSError, AttributeError):  # not glibc: nothing to do
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
 def _release_free_memory() -> None:
     """Make glibc give free memory back to the OS, so that reusing it shows up in the RSS.
 
     A freed tensor's pages often stay resident inside malloc's heap; a later allocation reuses
-    them without the resident size growing, and its peak would be invisible. The first call
-    fixes the mmap threshold at 128 KiB (by default glibc raises it after large frees, up to
-    32 MB); every call runs ``malloc_trim(0)``, which returns free heap pages to the OS.
+    them without the resident size growing, and its peak would be invisible. So, for the
+    measured call, every block over 128 KiB gets its own mapping that is unmapped on free (by
+    default glibc raises that threshold after large frees, up to 32 MiB), and ``malloc_trim(0)``
+    returns the free heap pages to the OS first. :func:`_warm_allocator` undoes it afterwards.
     """
-    if not _LIBC:
-        try:
-            libc = ctypes.CDLL("libc.so.6")
-            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-            libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
-            _LIBC.append(libc)
-        except (OSError, AttributeError):  # not glibc: nothing to do
-            _LIBC.append(None)
-    if _LIBC[0] is not None:
-        _LIBC[0].malloc_trim(0)
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+        libc.malloc_trim(0)
+
+
+def _warm_allocator() -> None:
+    """Give malloc back the thresholds its own adjustment reaches in a long-running process.
+
+    Once set, glibc's thresholds no longer adjust themselves, so leaving them at 128 KiB would
+    make every later allocation over 128 KiB fault its pages in afresh (slowing, say, the timing
+    that follows a measurement). Its automatic adjustment raises the mmap threshold to the largest
+    freed block, at most 32 MiB, and the trim threshold to twice that: set both to that maximum.
+    """
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(-3, 32 * 2**20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 64 * 2**20)  # M_TRIM_THRESHOLD
 
 
 def _rss_kib() -> tuple[int, int]:
@@ -141,8 +163,9 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
     On CUDA: ``torch.cuda`` peak-allocation statistics. On Linux CPUs: the process's peak
     resident set size (``VmHWM``), reset just before the call through ``/proc/self/clear_refs``,
     minus the resident size before it, after glibc has returned its free pages to the OS (see
-    :func:`_release_free_memory`). Python's ``tracemalloc`` would not see torch's buffers at all.
-    Returns None where neither is available. Resolution: a few hundred KiB.
+    :func:`_release_free_memory`; afterwards :func:`_warm_allocator` restores warm thresholds).
+    Python's ``tracemalloc`` would not see torch's buffers at all. Returns None where neither is
+    available. Resolution: a few hundred KiB.
     """
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
@@ -156,13 +179,16 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
         return None
     _release_free_memory()
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-    except OSError:
-        return None
-    before, _ = _rss_kib()
-    fn()
-    _, peak = _rss_kib()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset VmHWM to the current resident size
+        except OSError:
+            return None
+        before, _ = _rss_kib()
+        fn()
+        _, peak = _rss_kib()
+    finally:
+        _warm_allocator()
     return float(max(0, peak - before) * 1024)
 
 

@@ -13,8 +13,10 @@ One module per job:
 * :mod:`.reference` - :func:`sliding_window_reference`, the readable loop over query blocks that
   chapter 8 builds by hand; every fast kernel is tested against it.
 * :mod:`.window` - :func:`sliding_window_attention`, which checks its input once and picks a
-  kernel: :mod:`.blocked` (strided tiles through fused SDPA), :mod:`.flex` (compiled
-  flex_attention with a block mask built from the window's arithmetic and cached), or dense.
+  kernel: :mod:`.blocked` (strided tiles through fused SDPA; on a CPU without autograd the
+  tiles by hand, :mod:`.tiles`: exp2 with no row max, checked afterwards), :mod:`.flex`
+  (compiled flex_attention with a block mask built from the window's arithmetic and cached), or
+  dense.
 * :mod:`.dilated` - :func:`dilated_attention`: d dense attentions over interleaved subsequences.
 * :mod:`.global_tokens` - Longformer's global tokens and BigBird's block layouts.
 

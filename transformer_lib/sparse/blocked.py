@@ -8,6 +8,10 @@ without copying, and one fused SDPA call treats the blocks like extra heads. The
 the two ends take one call per end, and a padded batch one call per block, each with its own mask.
 Every interior block sees the same pattern in tile coordinates, so one additive tile mask
 serves them all. It works on every device, with padding and with gradients.
+
+On a CPU, when no gradient is wanted, the interior tiles skip SDPA and go through
+:mod:`.tiles`, which does the tile's three steps by hand and leaves out the work SDPA's general
+softmax must do (the max, base e, normalizing every weight).
 """
 from __future__ import annotations
 
@@ -15,28 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import attention_fast
+from .tiles import hand_tiles_apply, hand_window, tile_bias, windows
 
 __all__: list[str] = []  # reached through sliding_window_attention(kernel="blocked")
 
 _CHUNK_ROWS = 4096  # queries per batched SDPA call: bounds the temporary output (8 MB at 8 heads x 64)
-
-
-def _tiles(x: torch.Tensor, start: int, count: int, step: int, width: int) -> torch.Tensor:
-    """Overlapping windows of a (H, L, d) tensor: window t = x[:, start + t*step : start + t*step + width].
-
-    Returns a (H, count, width, d) *view* (no copy): consecutive windows share memory.
-    """
-    sh, sl, sd = x.stride()
-    return x.as_strided((x.shape[0], count, width, x.shape[2]), (sh, step * sl, sl, sd),
-                        x.storage_offset() + start * sl)
-
-
-def _tile_bias(rows: int, cols: int, lo: int, hi: int, like: torch.Tensor) -> torch.Tensor:
-    """(rows, cols) additive mask: 0 where ``r + lo <= c <= r + hi`` (tile row r, column c), else -inf."""
-    r = torch.arange(rows, device=like.device).unsqueeze(1)  # (rows, 1)
-    c = torch.arange(cols, device=like.device).unsqueeze(0)  # (1, cols)
-    keep = (c >= r + lo) & (c <= r + hi)  # (rows, cols)
-    return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(~keep, float("-inf"))
 
 
 def _region(q, k, v, out, s: int, e: int, half: int, right: int, key_mask, scale) -> None:
@@ -67,25 +54,35 @@ def blocked_window(q, k, v, half: int, causal: bool, key_mask, block_size: int, 
     """
     B, H, L, _ = q.shape
     right, b = (0 if causal else half), block_size
-    W = b + half + right  # keys per tile
-    out = q.new_empty(B, H, L, v.shape[-1])  # (B, H, L, d_v): the only O(L) allocation
     inner = _interior(L, half, right, b) if key_mask is None else range(0)
     if len(inner) == 0:  # padding, or a sequence too short for interior blocks: one call per block
+        out = q.new_empty(B, H, L, v.shape[-1])  # (B, H, L, d_v)
         for s in range(0, L, b):
             _region(q, k, v, out, s, min(L, s + b), half, right, key_mask, scale)
         return out
-    tile_bias = _tile_bias(b, W, 0, half + right, q)  # (b, W)
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    if hand_tiles_apply(q, needs_grad):  # a CPU, no autograd: the tiles by hand (.tiles)
+        return hand_window(q, k, v, half, right, b, inner, q.shape[-1] ** -0.5 if scale is None else scale)
+    out = q.new_empty(B, H, L, v.shape[-1])  # (B, H, L, d_v): the only O(L) allocation
+    _interior_sdpa(q, k, v, out, half, right, b, inner, scale)
+    # the two ends: one call each, on the queries before and after the interior blocks
+    for s, e in ((0, inner.start * b), (inner.stop * b, L)):
+        if e > s:
+            _region(q, k, v, out, s, e, half, right, None, scale)
+    return out
+
+
+def _interior_sdpa(q, k, v, out, half: int, right: int, b: int, inner: range, scale) -> None:
+    """The interior blocks through fused SDPA, ``_CHUNK_ROWS`` queries per call (any device, autograd)."""
+    B, H = q.shape[:2]
+    W = b + half + right
+    bias = tile_bias(b, W, 0, half + right, q)  # (b, W)
     chunk = max(1, _CHUNK_ROWS // b)
     for bi in range(B):
         for c0 in range(inner.start, inner.stop, chunk):
             c1 = min(inner.stop, c0 + chunk)
             s0, s1 = c0 * b, c1 * b
             qt = q[bi, :, s0:s1].reshape(H, c1 - c0, b, q.shape[-1])  # (H, blocks, b, d_k), a view
-            kt, vt = (_tiles(x[bi], s0 - half, c1 - c0, b, W) for x in (k, v))  # (H, blocks, W, d), views
-            o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=tile_bias, scale=scale)  # (H, blocks, b, d_v)
+            kt, vt = (windows(x[bi], s0 - half, c1 - c0, b, W) for x in (k, v))  # (H, blocks, W, d), views
+            o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias, scale=scale)  # (H, blocks, b, d_v)
             out[bi, :, s0:s1] = o.reshape(H, s1 - s0, -1)  # (H, blocks * b, d_v)
-    # the two ends: one call each, on the queries before and after the interior blocks
-    for s, e in ((0, inner.start * b), (inner.stop * b, L)):
-        if e > s:
-            _region(q, k, v, out, s, e, half, right, None, scale)
-    return out

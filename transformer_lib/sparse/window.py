@@ -3,7 +3,8 @@
 :func:`sliding_window_attention` checks its input once and dispatches to a kernel:
 
 * ``"blocked"`` - blocks of ``block_size`` queries on their own key tiles, batched through
-  strided views (:mod:`.blocked`). Works on every device and with gradients.
+  strided views (:mod:`.blocked`). Works on every device and with gradients; on a CPU, when no
+  gradient is wanted, its tiles are computed by hand (:mod:`.tiles`), faster than fused SDPA.
 * ``"flex"`` - ``torch.compile(flex_attention)`` with a window block mask (:mod:`.flex`);
   opt-in (compiling takes tens of seconds), falls back to ``"blocked"`` where it cannot run.
 * ``"dense"`` - dense SDPA with the (n, n) band mask: the quadratic baseline.
