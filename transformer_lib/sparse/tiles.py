@@ -125,8 +125,6 @@ def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: flo
     chunk = max(1, _CHUNK_QUERIES * torch.get_num_threads() // b)  # a chunk per thread
     buffers = {}  # reused score buffers, one per step shape
     sums = q.new_empty(B, H, L)  # every row's sum, checked once at the end
-    vmin, vmax = torch.aminmax(v)
-    high = _HIGH / max(1.0, vmax.item(), -vmin.item())
     for bi in range(B):
         for h in range(H):
             for st in _head_steps(q[bi, h], k[bi, h], v[bi, h], out[bi, h], half, right, b, inner, chunk, cuts):
@@ -141,8 +139,8 @@ def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: flo
                 total = torch.sum(s, dim=-1, out=sums[bi, h, st.r0:st.r0 + st.m * st.b].view(st.m, st.b))
                 torch.bmm(s, st.vt, out=st.o)  # (m, b, W) @ (m, W, d_v)
                 st.o.div_(total.unsqueeze(-1))
-    bad = ~((sums >= _LOW) & (sums <= high))  # NaN fails too
-    if bool(bad.any()):
+    bad = out_of_range_rows(sums, v)
+    if bad is not None:
         for bi in range(B):
             for h in range(H):
                 for st in _head_steps(q[bi, h], k[bi, h], v[bi, h], out[bi, h], half, right, b, inner, chunk, cuts):
@@ -156,3 +154,32 @@ def _safe_step(st: _Step, scale: float) -> None:
     scores = torch.bmm(st.qt, st.kt.transpose(1, 2)).mul_(scale).masked_fill_(st.cut, float("-inf"))  # (m, b, W)
     weights = torch.softmax(scores, dim=-1)
     torch.bmm(weights, st.vt, out=st.o)  # (m, b, W) @ (m, W, d_v)
+
+
+def out_of_range_rows(sums: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """Rows whose sum of unnormalized weights left ``[2^-60, 2^100 / max|v|]`` (NaN included),
+    as a boolean tensor shaped like ``sums``; None when every row is in range (the usual case)."""
+    vmin, vmax = torch.aminmax(v)
+    high = _HIGH / max(1.0, vmax.item(), -vmin.item())
+    bad = ~((sums >= _LOW) & (sums <= high))  # NaN fails both comparisons
+    return bad if bool(bad.any()) else None
+
+
+def redo_rows(q, k, v, out, bad, half: int, right: int, b: int, scale: float) -> None:
+    """Recompute with the safe softmax every block of ``b`` queries that holds a row marked in ``bad``.
+
+    q, k, v, out: (BH, L, d) views; bad: (BH, L) booleans. Each block gets the keys it can see,
+    clipped to the sequence, as in the fused kernel.
+    """
+    L = q.shape[1]
+    for bh, t in torch.nonzero(_blocks_with(bad, b)).tolist():
+        s, e = t * b, min(L, t * b + b)
+        ks, ke = max(0, s - half), min(L, e + right)
+        _safe_step(_Step(s, 1, e - s, q[bh, None, s:e], k[bh, None, ks:ke], v[bh, None, ks:ke], out[bh, None, s:e],
+                         _end_cut(s, e, L, half, right), False), scale)
+
+
+def _blocks_with(bad: torch.Tensor, b: int) -> torch.Tensor:
+    """(BH, blocks) booleans: block t of head bh holds a marked row."""
+    pad = (-bad.shape[1]) % b
+    return torch.nn.functional.pad(bad, (0, pad)).view(bad.shape[0], -1, b).any(dim=2)

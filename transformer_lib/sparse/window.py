@@ -7,6 +7,9 @@
   gradient is wanted, its tiles are computed by hand (:mod:`.tiles`), faster than fused SDPA.
 * ``"flex"`` - ``torch.compile(flex_attention)`` with a window block mask (:mod:`.flex`);
   opt-in (compiling takes tens of seconds), falls back to ``"blocked"`` where it cannot run.
+* ``"fused"`` - the tile steps of :mod:`.tiles` compiled into one C++ loop over the blocks
+  (:mod:`.fused`): CPU, float32, no padding, no autograd; opt-in (the first build takes about ten
+  seconds), other calls and machines without a C++ compiler take ``"blocked"``.
 * ``"dense"`` - dense SDPA with the (n, n) band mask: the quadratic baseline.
 * ``"auto"`` - ``"dense"`` when the band covers most of the matrix anyway, else ``"blocked"``.
 
@@ -23,11 +26,12 @@ from ..masks import _band
 from ._checks import check_attention_call, check_kernel
 from .blocked import blocked_window
 from .flex import flex_window
+from .fused import fused_applies, fused_window
 from .patterns import DEFAULT_BLOCK_SIZE, _band_count
 
 __all__ = ["sliding_window_attention", "WINDOW_KERNELS"]
 
-WINDOW_KERNELS = ("auto", "blocked", "flex", "dense")
+WINDOW_KERNELS = ("auto", "blocked", "flex", "fused", "dense")
 
 
 def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
@@ -41,8 +45,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         window: the band's width w >= 1; a query sees ``2 * (w // 2) + 1`` keys (``w // 2 + 1`` causal).
         causal: keep only the past half of the band.
         key_mask: optional (B, L) boolean, ``True = real token`` (padding is False).
-        kernel: ``"auto"``, ``"blocked"``, ``"flex"`` or ``"dense"`` (see the module docstring).
-        block_size: query rows per SDPA call in the ``"blocked"`` kernel.
+        kernel: ``"auto"``, ``"blocked"``, ``"flex"``, ``"fused"`` or ``"dense"`` (see the module docstring).
+        block_size: query rows per tile in the ``"blocked"`` and ``"fused"`` kernels.
         scale: score multiplier, default ``1 / sqrt(d_k)``.
 
     Returns:
@@ -65,6 +69,15 @@ def window_attention(q, k, v, half: int, causal: bool, key_mask, kernel: str, bl
         if out is not None:
             return out
         kernel = "blocked"  # flex unavailable here: flex_window has warned once
+    if kernel == "fused":
+        needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+        out = None
+        if fused_applies(q, key_mask, needs_grad):
+            out = fused_window(q, k, v, half, 0 if causal else half, block_size,
+                               q.shape[-1] ** -0.5 if scale is None else scale)
+        if out is not None:
+            return out
+        kernel = "blocked"  # another device, dtype, padding or autograd; or the build failed (warned once)
     if kernel == "dense":
         mask = _band(L, half, 0 if causal else half, q.device)  # (L, L): quadratic memory
         if key_mask is None:  # every row sees at least itself: plain SDPA is safe
