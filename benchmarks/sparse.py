@@ -168,7 +168,7 @@ def run_headline(kernels: list[str], repeat: int, rounds: int) -> dict:
     dense = _kernel_call("dense", HEADLINE_N, q, k, v, device)
     sparse_fns = {name: _kernel_call(name, HEADLINE_N, q, k, v, device) for name in kernels}
     for fn in sparse_fns.values():
-        fn()  # warm-up (compiles flex)
+        fn()  # warm-up (compiles flex, builds fused)
     result = {"n": HEADLINE_N, "rounds": rounds, "kernels": {name: {} for name in kernels}}
     for clock_name, clock, threads in (("wall", time.perf_counter, torch.get_num_threads()),
                                        ("cpu_1thread", time.thread_time, 1)):

@@ -388,14 +388,33 @@ def test_measuring_helpers():
     for _ in range(3):
         peak = profiling.peak_memory(lambda: torch.ones(2 * 2**20).sum())  # an 8 MiB temporary
         assert 7 * 2**20 <= peak <= 40 * 2**20
-    # ... and afterwards the allocator is warm again: a freed 8 MiB block is reused, not handed
-    # back to the OS and faulted in afresh by the next allocation of that size
+
+
+
+def test_allocator_is_warm_after_a_peak_measurement():
+    """After peak_memory, a freed 8 MiB block is reused, not handed back to the OS and faulted in
+    afresh by the next allocation of that size. In a fresh process: in this one, what earlier tests
+    left in malloc's heap decides whether freeing a block lets glibc trim the heap's top."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from transformer_lib import profiling
+if profiling.peak_memory(lambda: torch.ones(2 * 2**20).sum()) is None:
+    print("skip")
+else:
     torch.ones(2 * 2**20).sum()  # allocated and freed
     before, _ = profiling._rss_kib()
     again = torch.ones(2 * 2**20)  # held while the resident size is read
     after, _ = profiling._rss_kib()
-    del again
-    assert after - before < 2 * 1024  # KiB
+    print(after - before)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    growth = done.stdout.split()[-1]
+    if growth == "skip":
+        pytest.skip("no peak-memory counter on this platform")
+    assert int(growth) < 2 * 1024  # KiB: the 8 MiB came from memory already resident
 
 
 # -- bad input -------------------------------------------------------------------------------------

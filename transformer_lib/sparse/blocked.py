@@ -60,9 +60,8 @@ def blocked_window(q, k, v, half: int, causal: bool, key_mask, block_size: int, 
         for s in range(0, L, b):
             _region(q, k, v, out, s, min(L, s + b), half, right, key_mask, scale)
         return out
-    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    if hand_tiles_apply(q, needs_grad):  # a CPU, no autograd: the tiles by hand (.tiles)
-        return hand_window(q, k, v, half, right, b, inner, q.shape[-1] ** -0.5 if scale is None else scale)
+    if hand_tiles_apply(q, k, v):  # a CPU, no autograd: the tiles by hand (.tiles)
+        return hand_window(q, k, v, half, right, b, inner, scale)
     out = q.new_empty(B, H, L, v.shape[-1])  # (B, H, L, d_v): the only O(L) allocation
     _interior_sdpa(q, k, v, out, half, right, b, inner, scale)
     # the two ends: one call each, on the queries before and after the interior blocks

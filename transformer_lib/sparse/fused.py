@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .tiles import _LOG2E, redo_rows
+from .tiles import _LOG2E, needs_autograd, redo_rows, score_scale
 
 __all__ = ["fused_available"]
 
@@ -74,17 +74,16 @@ def _module():
     return _STATE["module"]
 
 
-def fused_applies(q: torch.Tensor, key_mask, needs_grad: bool) -> bool:
-    """Whether ``kernel="fused"`` serves this call itself (else it is the ``"blocked"`` kernel's)."""
-    return q.device.type == "cpu" and q.dtype == torch.float32 and key_mask is None and not needs_grad
-
-
-def fused_window(q, k, v, half: int, right: int, block_size: int, scale: float) -> torch.Tensor | None:
-    """The fused kernel (unchecked input, see :func:`fused_applies`), or None if it cannot be built."""
+def fused_window(q, k, v, half: int, right: int, key_mask, block_size: int, scale) -> torch.Tensor | None:
+    """The fused kernel (unchecked input), or None where it does not serve the call (not a CPU
+    float32 call without padding and autograd) or cannot be built: then the blocked kernel does."""
+    if q.device.type != "cpu" or q.dtype != torch.float32 or key_mask is not None or needs_autograd(q, k, v):
+        return None
     try:
         module = _module()
     except RuntimeError:
         return None
+    scale = score_scale(q, scale)
     B, H, L, d_k = q.shape
     d_v = v.shape[-1]
     flat = [x.reshape(B * H, L, x.shape[-1]).contiguous() for x in (q, k, v)]  # views when already contiguous

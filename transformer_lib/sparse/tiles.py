@@ -10,12 +10,13 @@ module does a tile's steps itself, because three of SDPA's costs can go:
    every row sum must lie in ``[2^-60, 2^100 / max|v|]`` (below: the largest weight could have
    lost precision to underflow; above: an exponential or a product with v could have
    overflowed). A row fails only when its largest score is above about 69 (e^69 is 2^100) or
-   below about -41 (2^-60); typical scores are within +-20. Its chunk of tiles is recomputed
+   below about -41 (2^-60); typical scores are within +-20. Its block of b queries is recomputed
    with the max subtracted. Where the check passes the result equals the safe softmax up to
    float32 rounding: no argument was shifted, so none lost digits to the shift either.
 2. **Base e.** In torch's CPU kernels ``exp2`` is several times faster than ``exp``
-   (``benchmarks/sparse.py`` times both, chapter 8 prints them), and ``exp(s) = 2^(s log2 e)``: the factor ``log2 e`` rides along with the ``1/sqrt(d_k)``
-   scale inside the score product, where it costs nothing.
+   (``benchmarks/sparse.py`` times both, chapter 8 prints them), and ``exp(s) = 2^(s log2 e)``:
+   the factor ``log2 e`` rides along with the ``1/sqrt(d_k)`` scale inside the score product,
+   where it costs nothing.
 3. **The normalization pass.** Instead of dividing all b x W weights of a tile by their row
    sum, the kernel multiplies the *unnormalized* weights by v and divides the b x d_v result:
    W / d_v times fewer divisions (544 / 64 here).
@@ -42,9 +43,19 @@ _CHUNK_QUERIES = 512  # queries per step and thread: 16 tiles of 32 x 544 scores
 _LOW, _HIGH = 2.0 ** -60, 2.0 ** 100  # row sums outside [_LOW, _HIGH / max|v|]: redo with the max
 
 
-def hand_tiles_apply(q: torch.Tensor, needs_grad: bool) -> bool:
+def needs_autograd(*tensors: torch.Tensor) -> bool:
+    """Whether a call on these tensors must be differentiable (the hand-written paths are not)."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+
+
+def score_scale(q: torch.Tensor, scale: float | None) -> float:
+    """The score multiplier: ``scale``, or SDPA's default ``1 / sqrt(d_k)``."""
+    return q.shape[-1] ** -0.5 if scale is None else scale
+
+
+def hand_tiles_apply(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether :func:`hand_window` serves this call: a CPU, float32/64, no gradient wanted."""
-    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not needs_grad
+    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not needs_autograd(q, k, v)
 
 
 def tile_keep(rows: int, cols: int, lo: int, hi: int, device=None) -> torch.Tensor:
@@ -108,7 +119,7 @@ def _end_cut(s: int, e: int, L: int, half: int, right: int) -> torch.Tensor:
     return ~tile_keep(e - s, min(L, e + right) - ks, s - half - ks, s + right - ks)  # key ks + c, query s + r
 
 
-def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: float) -> torch.Tensor:
+def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: float | None) -> torch.Tensor:
     """The whole window by hand (``inner``: the blocks whose tiles lie inside the sequence, not empty).
 
     Block t holds queries ``[t b, (t + 1) b)`` and its tile the keys ``[t b - half, t b + b + right)``.
@@ -116,6 +127,7 @@ def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: flo
     every interior tile, cut only on its two b x b corners.
     """
     B, H, L, _ = q.shape
+    scale = score_scale(q, scale)
     W, c = b + half + right, scale * _LOG2E  # scores in base 2: exp(s) = exp2(s log2 e)
     out = q.new_empty(B, H, L, v.shape[-1])
     cuts = {"tile": ~tile_keep(b, W, 0, half + right)}  # (b, W), and one per end of the sequence
@@ -140,12 +152,9 @@ def hand_window(q, k, v, half: int, right: int, b: int, inner: range, scale: flo
                 torch.bmm(s, st.vt, out=st.o)  # (m, b, W) @ (m, W, d_v)
                 st.o.div_(total.unsqueeze(-1))
     bad = out_of_range_rows(sums, v)
-    if bad is not None:
-        for bi in range(B):
-            for h in range(H):
-                for st in _head_steps(q[bi, h], k[bi, h], v[bi, h], out[bi, h], half, right, b, inner, chunk, cuts):
-                    if bool(bad[bi, h, st.r0:st.r0 + st.m * st.b].any()):
-                        _safe_step(st, scale)
+    if bad is not None:  # rare: reshaping may copy q, k, v here
+        flat = [x.reshape(B * H, L, x.shape[-1]) for x in (q, k, v)]
+        redo_rows(*flat, out.view(B * H, L, -1), bad.view(B * H, L), half, right, b, scale)
     return out
 
 

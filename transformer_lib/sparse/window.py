@@ -26,7 +26,7 @@ from ..masks import _band
 from ._checks import check_attention_call, check_kernel
 from .blocked import blocked_window
 from .flex import flex_window
-from .fused import fused_applies, fused_window
+from .fused import fused_window
 from .patterns import DEFAULT_BLOCK_SIZE, _band_count
 
 __all__ = ["sliding_window_attention", "WINDOW_KERNELS"]
@@ -70,11 +70,7 @@ def window_attention(q, k, v, half: int, causal: bool, key_mask, kernel: str, bl
             return out
         kernel = "blocked"  # flex unavailable here: flex_window has warned once
     if kernel == "fused":
-        needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-        out = None
-        if fused_applies(q, key_mask, needs_grad):
-            out = fused_window(q, k, v, half, 0 if causal else half, block_size,
-                               q.shape[-1] ** -0.5 if scale is None else scale)
+        out = fused_window(q, k, v, half, 0 if causal else half, key_mask, block_size, scale)
         if out is not None:
             return out
         kernel = "blocked"  # another device, dtype, padding or autograd; or the build failed (warned once)
