@@ -184,7 +184,8 @@ class DecoderOnlyLM(nn.Module):
     ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
     weight from N(0, init_std^2) and zeroes the biases (GPT-2 draws its weight matrices and token
     embeddings with 0.02, its positions with 0.01, and scales the residual projections by
-    1/sqrt(N), N residual layers; only the common 0.02 is kept here). It matters with a tied head: torch's N(0, 1) embedding makes the initial logits ~sqrt(d_model) large, so the
+    1/sqrt(N), N residual layers; only the common 0.02 is kept here). It matters with a tied
+    head: torch's N(0, 1) embedding makes the initial logits ~sqrt(d_model) large, so the
     untrained model starts confidently wrong (chapter 16).
     """
 
