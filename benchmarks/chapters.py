@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bookkit.conventions import chapter_files  # noqa: E402
+
 BUDGET_S = 60.0
 
 
@@ -33,7 +35,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("TLIB_DEVICE", "cpu")
-    paths = [Path(p) for p in args.paths] or sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md"))
+    paths = [Path(p) for p in args.paths] or chapter_files(ROOT / "chapters", ".md")
     print(f"{'chapter':<36} {'median s':>9} {'budget':>7} {'load':>6}")
     total = 0.0
     for md in paths:

@@ -9,7 +9,7 @@ same experiment, with the same library calls and sizes, over several seeds and r
 (min / median / max over seeds) and how often each conclusion holds. The results go to
 ``benchmarks/results/seeds.json`` with the machine description; the chapters print them.
 
-* Chapter 18, the imbalance trap: minority-class F1 of the default forest, the class-weighted
+* Appendix A, the imbalance trap: minority-class F1 of the default forest, the class-weighted
   forest and the class-weighted logistic regression (class weight chosen by 5-fold CV) at 2% to
   50% positives. Seed ``s`` draws a new training set (``imbalanced_blobs(..., seed=s)``), a new
   test set (seed ``100 + s``), new forests (``random_state=s``) and new CV folds.
@@ -76,7 +76,7 @@ def spread(values) -> dict:
             "max": round(max(values), 4), "values": [round(v, 4) for v in values]}
 
 
-# -- chapter 18: the imbalance trap -------------------------------------------------------------------
+# -- appendix A: the imbalance trap -------------------------------------------------------------------
 
 FOREST_SHARES = (0.02, 0.04, 0.1, 0.25, 0.5)
 
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
 def report(payload: dict) -> None:
     if "ch18_imbalance" in payload:
         r = payload["ch18_imbalance"]
-        print(f"\nChapter 18: minority F1 over {len(r['seeds'])} seeds (median [min, max])")
+        print(f"\nAppendix A: minority F1 over {len(r['seeds'])} seeds (median [min, max])")
         for row in r["rows"]:
             cells = " | ".join(f"{n[:26]:>26} {s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"
                                for n, s in row["f1"].items())

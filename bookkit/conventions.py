@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["ROOT", "CHAPTERS", "BOOK", "CHAPTER_SLUG", "CHAPTER_STEM", "JUPYTEXT_FORMATS", "is_chapter",
-           "chapter_files", "TAGS", "SOLUTION", "EXERCISE", "HIDE_INPUT", "REMOVE_INPUT", "REMOVE_CELL",
+           "chapter_files", "chapter_label", "is_appendix", "chapter_heading", "TAGS", "SOLUTION", "EXERCISE", "HIDE_INPUT", "REMOVE_INPUT", "REMOVE_CELL",
            "NBVAL_IGNORE_OUTPUT", "RAISES_EXCEPTION", "tags_of", "CHECK_CALL", "VERDICT", "check_names",
            "is_check_cell", "KERNEL_NAME", "KERNELSPEC", "EXECUTION_DEFAULTS", "execute_notebook"]
 
@@ -29,19 +29,48 @@ CHAPTERS = ROOT / "chapters"
 BOOK = ROOT / "book"
 
 # -- chapter files ------------------------------------------------------------------------------
-CHAPTER_SLUG = r"\d\d-[a-z0-9-]+"            # NN-slug: two digits, then lower-case words
+# A numbered chapter is NN-slug (two digits); an appendix is L-slug (one capital letter). Appendices
+# stand outside the number sequence, so adding chapter 18 never renumbers one.
+CHAPTER_SLUG = r"(?:\d\d|[A-Z])-[a-z0-9-]+"  # NN-slug or L-slug, then lower-case words
 CHAPTER_STEM = re.compile(rf"^{CHAPTER_SLUG}$")
 JUPYTEXT_FORMATS = "ipynb,md:myst"           # the .md/.ipynb pairing of every chapter
 
 
 def is_chapter(path: str | Path) -> bool:
-    """True for ``NN-slug.md`` / ``NN-slug.ipynb`` (any folder), False for other files."""
+    """True for ``NN-slug.md`` / ``L-slug.md`` (and their .ipynb, any folder), False for other files."""
     return bool(CHAPTER_STEM.match(Path(path).stem))
 
 
 def chapter_files(folder: str | Path, suffix: str = ".ipynb") -> list[Path]:
-    """The chapter files ``NN-slug<suffix>`` of a folder, in chapter order."""
-    return sorted(p for p in Path(folder).glob(f"[0-9][0-9]-*{suffix}") if is_chapter(p))
+    """The chapter files ``NN-slug<suffix>`` of a folder in number order, then the appendices
+    ``L-slug<suffix>`` in letter order."""
+    return sorted((p for p in Path(folder).glob(f"*{suffix}") if is_chapter(p)), key=_order)
+
+
+def _order(path: Path) -> tuple[int, str]:
+    label = chapter_label(path)
+    return (0, label) if label.isdigit() else (1, label)
+
+
+def chapter_label(path: str | Path) -> str:
+    """``"12"`` for ``12-transformer-architecture``, ``"A"`` for ``A-random-forests``."""
+    stem = Path(path).stem
+    if not CHAPTER_STEM.match(stem):
+        raise ValueError(f"path: expected a chapter file NN-slug or L-slug, got {stem!r}")
+    return stem.split("-", 1)[0]
+
+
+def is_appendix(path: str | Path) -> bool:
+    return not chapter_label(path).isdigit()
+
+
+def chapter_heading(path: str | Path) -> str:
+    """How a chapter's title starts, and how the text refers to it: ``"12."`` / ``"Appendix A."``.
+
+    The one place chapter numbers come from: every title line must start with this (a test checks
+    titles, the table of contents and every "chapter N" reference against the file names)."""
+    label = chapter_label(path)
+    return f"{int(label)}." if label.isdigit() else f"Appendix {label}."
 
 
 # -- cell tags ----------------------------------------------------------------------------------

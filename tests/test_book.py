@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bookkit import build_book as book
+from bookkit import conventions
 
 PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
          "Appendix"]
@@ -29,8 +30,12 @@ def test_parts_in_seed_order_and_every_chapter_listed():
     parts = load_parts()
     assert [p["caption"] for p in parts["parts"]] == PARTS
     planned = book.planned_chapters(parts)
-    numbers = [int(s[:2]) for s in planned]
-    assert numbers == list(range(len(planned))), "chapters must be listed in their numbered order"
+    labels = [conventions.chapter_label(s) for s in planned]
+    numbers = [int(x) for x in labels if x.isdigit()]
+    assert numbers == list(range(len(numbers))), "chapters must be listed in their numbered order"
+    letters = [x for x in labels if not x.isdigit()]
+    assert labels == [str(n).zfill(2) for n in numbers] + letters, "appendices come after the numbered chapters"
+    assert letters == [chr(ord("A") + i) for i in range(len(letters))], "appendices are lettered A, B, ... in order"
     assert book.unplanned_chapters(parts) == [], "add these chapters to book/parts.yml"
 
 

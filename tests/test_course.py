@@ -25,7 +25,7 @@ pytest.importorskip("nbgrader")
 from nbgrader.api import Gradebook  # noqa: E402
 
 from bookkit import course  # noqa: E402
-from bookkit.conventions import CHAPTERS, check_names  # noqa: E402
+from bookkit.conventions import CHAPTERS, chapter_files, check_names  # noqa: E402
 
 # two chapters with four exercises each; the partial answers solve the listed positions
 PARTIAL = {"01-attention": {"solve": [0, 2], "wrong": {1: "def my_attention(q, k, v):\n"
@@ -167,7 +167,7 @@ def test_every_chapter_with_exercises_becomes_an_assignment(tmp_path):
         assert len(answer_cells(nb)) == len(graded_cells(nb))
         assert not any("solution" in c.metadata.get("tags", []) or "exercise" in c.metadata.get("tags", [])
                        for c in nb.cells)
-    in_chapters = {n for path in CHAPTERS.glob("[0-9][0-9]-*.ipynb")
+    in_chapters = {n for path in chapter_files(CHAPTERS)
                    for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"
                    for n in check_names(c.source)}
     assert set(graded) == in_chapters, "every exercise checked in a chapter is a graded cell"

@@ -5,9 +5,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from bookkit.conventions import chapter_files
 from transformer_lib.exercises import REGISTRY, check
 
-CHAPTERS = sorted(Path(__file__).resolve().parents[1].glob("chapters/[0-9][0-9]-*.md"))
+CHAPTERS = chapter_files(Path(__file__).resolve().parents[1] / "chapters", ".md")
 CHECK_CALL = re.compile(r"""check\(\s*["']([\w.]+)["']""")
 
 

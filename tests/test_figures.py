@@ -13,11 +13,12 @@ import matplotlib.pyplot as plt
 import pytest
 
 from bookkit import build_book as book
+from bookkit.conventions import chapter_files
 from transformer_lib import plotting
 from transformer_lib.widgets import explore
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]-*.ipynb"))
+CHAPTERS = chapter_files(ROOT / "chapters")
 IMG_TAG = re.compile(r"<img\b[^>]*>", re.I)
 ALT = re.compile(r"""\balt\s*=\s*(["'])(.*?)\1""", re.I | re.S)
 

@@ -1,8 +1,8 @@
 """Text corpora that ship with the library (chapters 15 and 16); nothing is downloaded.
 
-``book_prose.txt`` is the English prose of this book's own chapters 0-14 and 18 (MIT licence,
-like the rest of the repository): the Markdown text with code cells, YAML headers, display math
-and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
+``book_prose.txt`` is the English prose of this book's own chapters 0-14 and appendix A (MIT
+licence, like the rest of the repository): the Markdown text with code cells, YAML headers,
+display math and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
 move when a chapter is edited; ``python -m transformer_lib.data`` rebuilds it from the chapters.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ def extract_prose(markdown: str) -> str:
 
 def build_corpus(chapters_dir: str | Path) -> str:
     """Concatenate the prose of every chapter (in file order), separated by blank lines."""
-    paths = sorted(p for p in Path(chapters_dir).glob("[0-9][0-9]-*.md") if not p.name.startswith(_SKIP))
+    paths = sorted(p for p in Path(chapters_dir).glob("*.md")
+                   if re.match(r"(\d\d|[A-Z])-", p.name) and not p.name.startswith(_SKIP))
     return "\n".join(extract_prose(p.read_text(encoding="utf-8")) for p in paths)
 
 
