@@ -13,6 +13,9 @@ PIP := $(PY) -m pip
 # Override with e.g. `make test TORCH='torch==2.5.1'`.
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
+# make test runs independent test files (and chapters) on this many processes (pytest-xdist); CI has 2 cores.
+JOBS ?= 2
+
 STAMP := $(VENV)/.installed
 .PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps
 
@@ -30,8 +33,8 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: venv browser-deps compiler-deps hub-deps
-	$(PY) -m pytest -q tests
-	TLIB_DEVICE=cpu $(PY) -m pytest -q --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=10 tests
+	TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv

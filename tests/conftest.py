@@ -35,3 +35,18 @@ def _no_torch_fastpath():
     torch.backends.mha.set_fastpath_enabled(False)
     yield
     torch.backends.mha.set_fastpath_enabled(prev)
+
+
+# -- parallel runs ---------------------------------------------------------------------------------
+# `make test` runs `pytest -n 2 --dist loadgroup` (pytest-xdist): each test file is one group, so its
+# module fixtures (a built book, a course, a hub) are made once on one worker. Files that share a
+# folder on disk form one group, so they never run at the same time on two workers.
+SHARED_FOLDERS = {
+    "test_book": "book/_build", "test_browser": "book/_build", "test_pdf": "book/_build",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        stem = item.path.stem
+        item.add_marker(pytest.mark.xdist_group(SHARED_FOLDERS.get(stem, stem)))
