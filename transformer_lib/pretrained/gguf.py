@@ -7,8 +7,8 @@ quantized in blocks (Q4_1: 32 weights share a float16 scale and minimum, 4 bits 
 code execution) and :func:`gguf.quants.dequantize` turns each block format back into float32.
 
 We keep the file's tensor layout: an (out, in) matrix as ``nn.Linear`` stores it, and GGUF's
-names (``blk.0.attn_q.weight``). One quirk matters for attention (chapter 17, "RoPE in a real
-model"): llama.cpp's converter permutes the rows of W^Q and W^K inside each head so that its
+names (``blk.0.attn_q.weight``). One quirk matters for attention (chapter 17, "Grouped-query
+attention and RoPE in a real model"): llama.cpp's converter permutes the rows of W^Q and W^K inside each head so that its
 rotary kernel can rotate *adjacent pairs* (x0, x1), (x2, x3), ... while the original checkpoint
 rotates *halves* (x_i, x_{i + d/2}). :func:`unpermute_rotary_rows` undoes that permutation.
 

@@ -1,5 +1,5 @@
-"""Training byte-level BPE: count pairs, merge the most frequent, repeat (chapter 15, "BPE step
-by step").
+"""Training byte-level BPE: count pairs, merge the most frequent, repeat (chapter 15, "One
+merge step by hand").
 
 The corpus is first reduced to its distinct pre-tokenizer chunks with their counts ("words"), each
 a tuple of token ids that starts as its UTF-8 bytes. One training step counts every adjacent pair
