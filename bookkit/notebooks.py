@@ -2,6 +2,7 @@
 
     python -m bookkit.notebooks execute chapters/*.md     # .md -> executed .ipynb
     python -m bookkit.notebooks check-sync chapters/*.md  # .ipynb cells == .md cells?
+    python -m bookkit.notebooks format chapters/*.md      # code cells to the book's width, .md and .ipynb
 
 Each chapter's source of truth is ``chapters/NN-slug.md`` (MyST Markdown, paired by jupytext
 with ``ipynb,md:myst``). ``execute`` reads it, runs it in the chapters folder (the execution setup
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from .conventions import JUPYTEXT_FORMATS, KERNELSPEC, ROOT, execute_notebook, is_chapter, tags_of
 
-__all__ = ["execute_chapter", "cells_in_sync", "strip_volatile", "read_md"]
+__all__ = ["execute_chapter", "cells_in_sync", "strip_volatile", "read_md", "format_code", "format_chapter",
+           "CODE_WIDTH"]
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -149,6 +151,114 @@ def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
     return elapsed
 
 
+# -- format: code cells to the width of the book's column ------------------------------------
+# 88 characters of code fit the chapter column at 1280 px in Chromium (91 measured, with
+# book/_assets/css/book.css: 13 px code, a 13rem contents sidebar) and an A4 page in the PDF;
+# tests/test_book.py measures it again in the built book.
+CODE_WIDTH = 88
+_FENCE = re.compile(r"^(`{3,})\{code-cell\}[^\n]*\n", re.M)
+
+
+def _wrap_comments(source: str, width: int) -> str:
+    """Comments that black leaves too long: a comment line is re-wrapped, a trailing comment moves
+    onto its own line(s) above its code line, at that line's indent. Code is never touched."""
+    import io
+    import textwrap
+    import tokenize
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source + "\n").readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source  # IPython magics and the like: leave as black left it
+    comments = {t.start[0]: t for t in tokens if t.type == tokenize.COMMENT}
+    out = []
+    for n, line in enumerate(source.split("\n"), start=1):
+        tok = comments.get(n)
+        if tok is None or len(line) <= width:
+            out.append(line)
+            continue
+        code = line[:tok.start[1]].rstrip()
+        indent = re.match(r"\s*", line).group(0)
+        text = tok.string.lstrip("#").strip()
+        wrapped = textwrap.wrap(text, width=width - len(indent) - 2, break_long_words=False,
+                                break_on_hyphens=False) or [""]
+        out += [f"{indent}# {w}" for w in wrapped]
+        if code:
+            out.append(code)
+    result = "\n".join(out)
+    try:
+        compile(result, "<cell>", "exec")
+    except SyntaxError:
+        return source
+    return result
+
+
+def format_code(source: str, width: int = CODE_WIDTH) -> str:
+    """One code cell formatted by black at ``width`` (IPython magics kept), then its comments wrapped.
+
+    A cell black cannot parse (a deliberate syntax error in a `raises-exception` cell) is returned
+    unchanged. Idempotent: formatting the result again changes nothing."""
+    import black
+    mode = black.Mode(line_length=width, preview=True, unstable=True)
+    try:
+        new = black.format_cell(source, fast=False, mode=mode)
+    except black.NothingChanged:
+        new = source
+    except Exception:  # black.InvalidInput, or a magic black does not know
+        return source
+    return _wrap_comments(new, width)
+
+
+def _replace_md_code(text: str, old: list[str], new: list[str]) -> str:
+    """The MyST text with the i-th code cell's source ``old[i]`` replaced by ``new[i]``, in place:
+    the fences, cell options and every Markdown cell stay byte for byte."""
+    out, pos = [], 0
+    for a, b in zip(old, new):
+        m = _FENCE.search(text, pos)
+        if m is None:
+            raise ValueError("the .md has fewer code-cell fences than jupytext reads cells")
+        at = text.index(a, m.end()) if a else m.end()
+        out.append(text[pos:at] + b)
+        pos = at + len(a)
+    return "".join(out) + text[pos:]
+
+
+def format_chapter(md_path: str | Path, width: int = CODE_WIDTH) -> tuple[int, list[str]]:
+    """Format every code cell of ``NN-slug.md`` and of its paired ``NN-slug.ipynb`` in place.
+
+    Nothing is executed: outputs, execution counts and metadata stay as they are (black keeps
+    the code's meaning: it checks that the syntax tree is unchanged), so the nbval baseline still
+    holds. Each cell's id is recomputed as ``execute`` computes it, so re-executing an unchanged
+    chapter afterwards leaves git clean. Returns (cells changed, lines still wider than ``width``).
+    """
+    import nbformat
+    md_path = Path(md_path)
+    ipynb_path = md_path.with_suffix(".ipynb")
+    problems = cells_in_sync(md_path, ipynb_path)
+    if problems:
+        raise ValueError(f"{md_path}: .md and .ipynb out of sync, run `make chapters` first: {problems[0]}")
+    md_nb = read_md(md_path)
+    nb = nbformat.read(str(ipynb_path), as_version=4)
+    old = [c.source for c in md_nb.cells if c.cell_type == "code"]
+    new = [format_code(s, width) for s in old]
+    changed = sum(a != b for a, b in zip(old, new))
+    if changed:
+        text = md_path.read_text(encoding="utf8")
+        md_path.write_text(_replace_md_code(text, old, new), encoding="utf8")
+        code_cells = iter(new)
+        for n, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                src = next(code_cells)
+                if src != cell.source.strip() and src != cell.source:
+                    cell.source = src
+                    cell["id"] = hashlib.sha1(f"{n}:{cell['source']}".encode()).hexdigest()[:8]
+        nbformat.write(nb, str(ipynb_path))
+        after = cells_in_sync(md_path, ipynb_path)
+        if after:
+            raise RuntimeError(f"{md_path}: formatting broke the pairing: {after[0]}")
+    long_lines = [l for s in new for l in s.split("\n") if len(l) > width]
+    return changed, long_lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bookkit.notebooks")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -156,8 +266,19 @@ def main(argv=None) -> int:
     ex.add_argument("paths", nargs="+")
     cs = sub.add_parser("check-sync", help="fail if a .ipynb's cells differ from its .md")
     cs.add_argument("paths", nargs="+")
+    fm = sub.add_parser("format", help="format the code cells of chapter .md files and their .ipynb in place")
+    fm.add_argument("paths", nargs="+")
+    fm.add_argument("--width", type=int, default=CODE_WIDTH)
     args = parser.parse_args(argv)
     paths = [p for p in args.paths if is_chapter(p)]
+    if args.cmd == "format":
+        for p in paths:
+            changed, long_lines = format_chapter(p, width=args.width)
+            print(f"{p}: {changed} code cells reformatted; {len(long_lines)} lines still over {args.width} "
+                  "(a string or name that cannot be split)", flush=True)
+            for line in long_lines:
+                print(f"    {line[:100]}")
+        return 0
     if args.cmd == "execute":
         for p in paths:
             print(f"executing {p} ...", flush=True)
