@@ -10,13 +10,18 @@
 2. The executed chapters, chapters/NN-slug.ipynb, copied to book/chapters/ (gitignored), with
    book-only edits: widget state dropped (the book shows each widget's static HTML control, no
    widget manager), solution cells collapsed behind "Show solution", links to sibling chapters'
-   .md sources pointed at the notebooks, progress bars' carriage returns collapsed. Only the
+   .md sources pointed at the notebooks, progress bars' carriage returns collapsed, the saved
+   output of an exercise's check cell labelled as the reference solution's, and "Further reading"
+   entries that are in book/references.bib linked to the References page. Only the
    .ipynb is copied, so no chapter is built twice, and nothing is executed: the outputs are the
    committed, nbval-tested ones. A cell with an unexpected error output fails the build.
 3. book/_toc.yml from book/parts.yml: every listed chapter whose .md and .ipynb exist, every
    listed page.
 4. jupyter-book build book -W -n --keep-going: a warning (a broken reference or citation, a
    missing figure, a malformed directive) fails the build.
+5. Page weight: every image the pages carry inline (figures with a description, each frame of a
+   static widget) is written once to _static/frames/<hash>.png and loaded from there, lazily, so
+   a chapter page's HTML stays small and a widget's hidden frames load when first shown.
 
 ``ensure_built()`` (used by the tests) rebuilds only when an input changed since the last
 successful build.
@@ -34,8 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-from .conventions import (BOOK, CHAPTER_SLUG, CHAPTER_STEM, CHAPTERS as CHAPTERS_SRC, HIDE_INPUT,
-                          RAISES_EXCEPTION, ROOT, SOLUTION, tags_of)
+from .conventions import (BOOK, CHAPTER_SLUG, CHAPTER_STEM, CHAPTERS as CHAPTERS_SRC, EXERCISE, HIDE_INPUT,
+                          RAISES_EXCEPTION, ROOT, SOLUTION, is_check_cell, tags_of)
 
 CHAPTERS_DST = BOOK / "chapters"
 HTML = BOOK / "_build" / "html"
@@ -157,16 +162,73 @@ def described_image(output: dict) -> None:
                              f'alt="{html.escape(alt, quote=True)}"/>')
 
 
-def book_notebook(nb: dict, existing: set[str], planned: set[str]) -> dict:
+# what the book prints above a check cell's saved output: the book ran the reference solution
+REFERENCE_OUTPUT_NOTE = ("What the check prints once the exercise is solved (this page ran the "
+                         "reference solution; the stub as it stands gets NOT YET):")
+_AUTHOR_YEAR = re.compile(r"(?P<name>[A-Z][\w'-]+)(?: et al\.|(?:(?:,| and| &) (?:[A-Z]\. )*[A-Z][\w'-]+)*)"
+                          r" (?P<year>\((?P<y>\d{4})\))")
+
+
+def bib_keys(bib: Path | None = None) -> dict[tuple[str, str], str]:
+    """{(first author's surname, year): key} of book/references.bib (one entry per pair)."""
+    text = (bib or BOOK / "references.bib").read_text(encoding="utf8")
+    keys: dict[tuple[str, str], str] = {}
+    for m in re.finditer(r"@\w+\{([\w:-]+),(.*?)\n\}", text, re.S):
+        author = re.search(r"\bauthor\s*=\s*\{(.*)\},?\s*$", m.group(2), re.M)
+        year = re.search(r"\byear\s*=\s*\{?(\d{4})", m.group(2))
+        if author and year:
+            first = author.group(1).split(" and ")[0]
+            surname = first.split(",")[0] if "," in first else first.split()[-1]
+            keys.setdefault((re.sub(r"[{}]", "", surname).split()[-1].lower(), year.group(1)), m.group(1))
+    return keys
+
+
+def link_further_reading(source: str, keys: dict[tuple[str, str], str], in_section: bool) -> tuple[str, bool]:
+    """In a chapter's "Further reading" section, "Vaswani et al. (2017)" becomes
+    "Vaswani et al. ({cite:yearpar}`vaswani2017attention`)": the year links to the entry on the
+    References page, the text stays the chapter's. Only works in references.bib are linked.
+    Returns the new source and whether the section continues into the next cell."""
+    out = []
+    for line in source.split("\n"):
+        if re.match(r"#{1,2} ", line):
+            in_section = line.strip().lower().lstrip("#").strip() == "further reading"
+        elif in_section and not line.lstrip().startswith(("```", ":")):
+            def one(m: re.Match) -> str:
+                key = keys.get((m.group("name").lower(), m.group("y")))
+                if key is None:
+                    return m.group(0)
+                return m.group(0)[:m.start("year") - m.start(0)] + f"{{cite:yearpar}}`{key}`"
+            line = _AUTHOR_YEAR.sub(one, line)
+        out.append(line)
+    return "\n".join(out), in_section
+
+
+def label_reference_output(cell: dict) -> None:
+    """Put a note before the saved output of an exercise's check cell: that output is what the
+    reference solution printed ("PASS ..."), not what the reader's stub will print."""
+    if not is_check_cell(cell) or not cell.get("outputs"):
+        return
+    note = {"output_type": "display_data", "metadata": {},
+            "data": {"text/html": f"<p class='tlib-reference-output'><em>{html.escape(REFERENCE_OUTPUT_NOTE)}</em></p>",
+                     "text/plain": REFERENCE_OUTPUT_NOTE}}
+    cell["outputs"].insert(0, note)
+
+
+def book_notebook(nb: dict, existing: set[str], planned: set[str],
+                  keys: dict[tuple[str, str], str] | None = None) -> dict:
     """The book's copy of an executed chapter notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
     nb.get("metadata", {}).pop("widgets", None)
-
+    keys = bib_keys() if keys is None else keys
+    further = False
     for cell in nb["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown":
-            cell["source"] = relink(source, existing, planned)
+            source, further = link_further_reading(relink(source, existing, planned), keys, further)
+            cell["source"] = source
         elif cell["cell_type"] == "code":
+            if EXERCISE not in tags_of(cell) and SOLUTION not in tags_of(cell):
+                label_reference_output(cell)
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "stream":
                     out["text"] = collapse_carriage_returns(out["text"])
@@ -207,13 +269,14 @@ def prepare_chapters(parts: dict | None = None) -> list[str]:
         if stale.name not in wanted:
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     existing, planned = set(stems), set(planned_chapters(parts))
+    keys = bib_keys()
     for s in stems:
         nb = json.loads((CHAPTERS_SRC / f"{s}.ipynb").read_text(encoding="utf8"))
         broken = error_cells(nb)
         if broken:
             raise BuildError(f"chapters/{s}.ipynb: cells {broken} raised an error (tag a cell "
                              "`raises-exception` if the error is the point); fix and `make chapters`")
-        out = book_notebook(nb, existing, planned)
+        out = book_notebook(nb, existing, planned, keys)
         _write_if_changed(CHAPTERS_DST / f"{s}.ipynb", json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     return stems
 
@@ -292,6 +355,41 @@ def run_jupyter_book(builder: str = "html") -> None:
                          "see the warnings above")
 
 
+FRAMES = "_static/frames"
+_INLINE_PNG = re.compile(r"""<img\b([^>]*?)\bsrc=(["'])data:image/png;base64,([A-Za-z0-9+/=\s]+)\2""")
+
+
+def externalize_images(html_dir: Path = HTML, min_bytes: int = 2048) -> int:
+    """Move every inline PNG (``<img src="data:image/png;base64,...">``) of the built pages into
+    ``_static/frames/<sha1>.png``, loaded lazily: a browser fetches a hidden widget frame only when
+    a control shows it. Returns the bytes taken out of the pages. Idempotent."""
+    import base64
+    frames = html_dir / FRAMES
+    frames.mkdir(parents=True, exist_ok=True)
+    saved = 0
+    for page in html_dir.rglob("*.html"):
+        text = page.read_text(encoding="utf8")
+        if "data:image/png;base64," not in text:
+            continue
+        up = "../" * (len(page.relative_to(html_dir).parts) - 1)
+
+        def one(m: re.Match) -> str:
+            data = re.sub(r"\s", "", m.group(3))
+            if len(data) < min_bytes:
+                return m.group(0)
+            png = base64.b64decode(data)
+            name = hashlib.sha1(png).hexdigest()[:20] + ".png"
+            target = frames / name
+            if not target.exists():
+                target.write_bytes(png)
+            attrs = m.group(1) if "loading=" in m.group(1) else m.group(1) + 'loading="lazy" '
+            return f'<img{attrs}src="{up}{FRAMES}/{name}"'
+        new = _INLINE_PNG.sub(one, text)
+        saved += len(text.encode()) - len(new.encode())
+        page.write_text(new, encoding="utf8")
+    return saved
+
+
 def build() -> None:
     start = time.perf_counter()
     digest = inputs_digest()
@@ -299,6 +397,7 @@ def build() -> None:
     print(f"building the book: {len(stems)} chapters ({', '.join(stems)})", flush=True)
     STAMP.unlink(missing_ok=True)
     run_jupyter_book("html")
+    externalize_images(HTML)
     (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")
     print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)

@@ -1,8 +1,12 @@
 """Sphinx extension for the book (listed in book/_config.yml): version footer, page relinking.
 
 - The version of ``transformer_lib`` (read from its ``__init__.py``, without importing torch)
-  becomes Sphinx's ``version``/``release`` and is shown in every page's footer next to a pointer
-  to CHANGELOG.md.
+  becomes Sphinx's ``version``/``release`` and is shown in every page's footer with a link to the
+  changelog (CHANGELOG.md, copied into the site as _static/CHANGELOG.txt so that a browser shows it
+  as text, offline).
+- ``TLIB_JUPYTERHUB_URL`` in the environment sets the JupyterHub launch button's hub (a course's
+  own hub); without it, and with book/_config.yml's empty ``jupyterhub_url``, the published book
+  has no JupyterHub button.
 - Book pages (the glossary, the guides) link chapters as ``chapters/NN-slug.ipynb#anchor``; a
   link to a chapter that parts.yml lists but that has not landed yet is turned into plain text
   (the same rule ``build_book.relink`` applies inside the chapters), so the page builds now and
@@ -10,7 +14,9 @@
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
 
 from . import build_book
 from .conventions import ROOT
@@ -24,13 +30,35 @@ def library_version() -> str:
     return re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init, re.M).group(1)
 
 
+CHANGELOG_IN_SITE = "_static/CHANGELOG.txt"
+
+
 def _on_config_inited(app, config) -> None:
     version = library_version()
     config.version = config.release = version
     options = config.html_theme_options
-    footer = options.get("extra_footer", "")
-    options["extra_footer"] = (f"{footer} <span class='tlib-version'>Version {version} "
-                               f"(transformer_lib {version}; changes in CHANGELOG.md)</span>")
+    hub = os.environ.get("TLIB_JUPYTERHUB_URL", "").strip()
+    if hub:
+        options.setdefault("launch_buttons", {})["jupyterhub_url"] = hub
+
+
+def _footer(version: str, changelog_href: str, base: str) -> str:
+    return (f"{base} <span class='tlib-version'>Version {version} (transformer_lib {version}; "
+            f"changes in <a href='{changelog_href}'>CHANGELOG.md</a>)</span>")
+
+
+def _on_page_context(app, pagename, templatename, context, doctree) -> None:
+    """Every page's footer: the version and a link to the changelog, relative to that page."""
+    base = app.config.html_theme_options.get("extra_footer", "")
+    href = context["pathto"](CHANGELOG_IN_SITE, 1)
+    context["theme_extra_footer"] = _footer(library_version(), href, base)
+
+
+def _copy_changelog(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        target = os.path.join(app.outdir, CHANGELOG_IN_SITE)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(ROOT / "CHANGELOG.md", target)
 
 
 def _on_source_read(app, docname: str, source: list[str]) -> None:
@@ -49,6 +77,8 @@ def _book_pages_outdated(app, env, added, changed, removed) -> list[str]:
 
 def setup(app):
     app.connect("config-inited", _on_config_inited)
+    app.connect("html-page-context", _on_page_context)
+    app.connect("build-finished", _copy_changelog)
     app.connect("source-read", _on_source_read)
     app.connect("env-get-outdated", _book_pages_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -285,27 +285,112 @@ def test_every_glossary_link_resolves(html):
 def test_version_in_footer_and_changelog(html):
     import transformer_lib
     version = transformer_lib.__version__
-    for page in ["index.html", "chapters/00-how-to-use.html"]:
-        assert f"Version {version}" in (html / page).read_text(encoding="utf8"), page
+    for page, href in [("index.html", "_static/CHANGELOG.txt"), ("chapters/00-how-to-use.html", "../_static/CHANGELOG.txt")]:
+        text = (html / page).read_text(encoding="utf8")
+        assert f"Version {version}" in text, page
+        assert f"<a href='{href}'>CHANGELOG.md</a>" in text, f"{page}: the footer's CHANGELOG.md is not a link"
     changelog = (book.ROOT / "CHANGELOG.md").read_text(encoding="utf8")
+    assert (html / "_static" / "CHANGELOG.txt").read_text(encoding="utf8") == changelog
     assert re.search(rf"^## \[?{re.escape(version)}\]?", changelog, re.M), "CHANGELOG.md has no entry for this version"
 
 
 @pytest.mark.parametrize("stem", book.existing_chapters())
 def test_launch_and_download_buttons(html, stem):
+    """Binder and download on every chapter; no JupyterHub button pointing at a hub that a
+    published site does not have (book/_config.yml leaves jupyterhub_url empty)."""
     cfg = book._load_yaml(book.BOOK / "_config.yml")
     repo = cfg["repository"]["url"].rstrip("/")
-    hub = cfg["launch_buttons"]["jupyterhub_url"].rstrip("/")
     binder = cfg["launch_buttons"]["binderhub_url"].rstrip("/")
+    assert cfg["launch_buttons"]["jupyterhub_url"] == ""
     org_repo = "/".join(repo.split("/")[-2:])
     text = (html / "chapters" / f"{stem}.html").read_text(encoding="utf8").replace("&amp;", "&")
     assert f'href="{binder}/v2/gh/{org_repo}/' in text and f"urlpath=lab/tree/chapters/{stem}.ipynb" in text
-    from urllib.parse import quote
-    pull = re.search(rf'href="{re.escape(hub)}/hub/user-redirect/git-pull\?([^"]+)"', text)
-    assert pull, "no JupyterHub (nbgitpuller) link"
-    assert f"repo={quote(repo, safe='/')}" in pull.group(1) and f"chapters/{stem}.ipynb" in pull.group(1)
+    assert "localhost" not in text and "127.0.0.1" not in text
+    assert "/hub/user-redirect/git-pull" not in text, "a JupyterHub button without a hub"
     assert f'href="../_sources/chapters/{stem}.ipynb"' in text, "no download button"
     assert (html / "_sources" / "chapters" / f"{stem}.ipynb").exists()
+
+
+def test_a_course_sets_its_hub_from_the_environment(monkeypatch):
+    """TLIB_JUPYTERHUB_URL gives the launch buttons a hub (the course guide's setting)."""
+    from types import SimpleNamespace
+    from bookkit import sphinx_book
+    config = SimpleNamespace(html_theme_options={"launch_buttons": {"jupyterhub_url": ""}})
+    monkeypatch.setenv("TLIB_JUPYTERHUB_URL", "https://hub.example.edu")
+    sphinx_book._on_config_inited(None, config)
+    assert config.html_theme_options["launch_buttons"]["jupyterhub_url"] == "https://hub.example.edu"
+    config = SimpleNamespace(html_theme_options={"launch_buttons": {"jupyterhub_url": ""}})
+    monkeypatch.delenv("TLIB_JUPYTERHUB_URL")
+    sphinx_book._on_config_inited(None, config)
+    assert config.html_theme_options["launch_buttons"]["jupyterhub_url"] == ""
+
+
+def test_glossary_says_nothing_is_unfinished():
+    text = (book.BOOK / "glossary.md").read_text(encoding="utf8").lower()
+    for phrase in ("still being written", "not written yet", "coming soon", "todo"):
+        assert phrase not in text, phrase
+
+
+def test_further_reading_links_works_in_the_bibliography():
+    keys = book.bib_keys()
+    assert keys[("vaswani", "2017")] == "vaswani2017attention" and keys[("oord", "2016")] == "oord2016wavenet"
+    md = {"cell_type": "markdown", "metadata": {},
+          "source": "Vaswani et al. (2017) in the text.\n\n## Further reading\n\n- Vaswani et al. (2017), *Attention*."
+                    "\n- Michel, Levy, Neubig (2019); Nobody et al. (2019)."}
+    after = {"cell_type": "markdown", "metadata": {}, "source": "- Clark et al. (2019)\n\n## Next\n\nVoita et al. (2019)"}
+    out = book.book_notebook(_nb([md, after]), set(), set(), keys)
+    first, second = out["cells"][0]["source"], out["cells"][1]["source"]
+    assert first.startswith("Vaswani et al. (2017) in the text."), "only the Further reading section is linked"
+    assert "- Vaswani et al. {cite:yearpar}`vaswani2017attention`, *Attention*." in first
+    assert "Michel, Levy, Neubig {cite:yearpar}`michel2019sixteen`" in first and "Nobody et al. (2019)" in first
+    assert second == "- Clark et al. {cite:yearpar}`clark2019what`\n\n## Next\n\nVoita et al. (2019)"
+
+
+def test_check_cell_output_is_labelled_as_the_reference_solutions():
+    check = {"cell_type": "code", "metadata": {}, "source": 'check("ch01.softmax_rows", answer)',
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": "PASS [ch01.softmax_rows]: ok\n"}]}
+    plain = {"cell_type": "code", "metadata": {}, "source": "print(1)",
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}]}
+    out = book.book_notebook(_nb([check, plain]), set(), set())
+    outputs = out["cells"][0]["outputs"]
+    assert "reference solution" in outputs[0]["data"]["text/html"] and outputs[1]["text"].startswith("PASS")
+    assert out["cells"][1]["outputs"] == plain["outputs"]
+
+
+def test_built_chapters_label_verdicts_and_link_further_reading(html):
+    for stem in book.existing_chapters():
+        text = _article((html / "chapters" / f"{stem}.html").read_text(encoding="utf8"))
+        for m in re.finditer(r"PASS \[", text):  # every saved verdict follows the note
+            assert "reference solution" in text[max(0, m.start() - 3000):m.start()], f"{stem}: unlabelled PASS"
+    text = (html / "chapters" / "03-multi-head-attention.html").read_text(encoding="utf8")
+    further = text[text.index('id="further-reading"'):]
+    assert further.count('href="../references.html#') >= 3, "Further reading does not link the references"
+
+
+def test_chapter_pages_under_one_megabyte(html):
+    """Page weight: inline figures and widget frames live in _static/frames (loaded lazily)."""
+    sizes = {stem: (html / "chapters" / f"{stem}.html").stat().st_size for stem in book.existing_chapters()}
+    heavy = {s: n for s, n in sizes.items() if n > 1_000_000}
+    assert not heavy, f"chapter pages over 1 MB: {heavy}"
+    for stem in book.existing_chapters():
+        text = (html / "chapters" / f"{stem}.html").read_text(encoding="utf8")
+        for src in re.findall(r'src="(?:\.\./)?(_static/frames/[0-9a-f]+\.png)"', text):
+            assert (html / src).exists(), f"{stem}: {src} missing"
+    assert len(list((html / "_static" / "frames").glob("*.png"))) > 50
+
+
+def test_externalize_images_moves_inline_pngs_once(tmp_path):
+    import base64
+    png = base64.b64encode(b"\x89PNG" + bytes(range(256)) * 20).decode()
+    (tmp_path / "chapters").mkdir()
+    page = tmp_path / "chapters" / "x.html"
+    page.write_text(f"<img alt='a b' src='data:image/png;base64,{png}'/><img src=\"data:image/png;base64,AAAA\">")
+    saved = book.externalize_images(tmp_path)
+    text = page.read_text()
+    name = re.search(r'src="\.\./_static/frames/([0-9a-f]+\.png)"', text).group(1)
+    assert (tmp_path / "_static" / "frames" / name).read_bytes() == base64.b64decode(png)
+    assert 'loading="lazy"' in text and "base64,AAAA" in text, "a tiny image stays inline"
+    assert saved > 4000 and book.externalize_images(tmp_path) == 0 and page.read_text() == text
 
 
 def test_every_img_of_the_built_book_has_alt_text(html):

@@ -60,3 +60,26 @@ def test_bad_controls_raise():
         Choice([1, 2], value=5)
     with pytest.raises(ValueError, match="list of values"):
         explore(show, n=3)
+
+
+def _relative_luminance(hex_colour: str) -> float:
+    h = hex_colour.lstrip("#")
+    h = "".join(c * 2 for c in h) if len(h) == 3 else h
+    lin = [(v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4) for v in (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def test_static_widget_colours_come_from_the_theme():
+    """Every colour of the static widget's style is a theme variable (dark mode keeps its contrast;
+    tests/test_browser.py measures it in the book); a literal colour may only be the last fallback
+    inside var(...), and a text fallback has WCAG AA contrast (4.5:1) on white."""
+    style = re.search(r"<style>(.*?)</style>", explore(show, n=[1, 2]).static_html, re.S).group(1)
+    declarations = re.findall(r"(?<![\w-])(color|background(?:-color)?|border(?:-color)?)\s*:\s*([^;}]+)", style)
+    assert declarations, "the widget style sets no colour at all?"
+    for prop, value in declarations:
+        outside_var = re.sub(r"var\((?:[^()]|\([^()]*\))*\)", "", value)
+        assert not re.search(r"#[0-9a-fA-F]{3,8}\b|rgb|hsl", outside_var), f"{prop}: {value} is hard-coded"
+        assert "var(--pst-color" in value or not re.search(r"#[0-9a-fA-F]{3,8}", value), f"{prop}: {value}"
+        if prop == "color":
+            for literal in re.findall(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b", value):
+                assert (1.05) / (_relative_luminance(literal) + 0.05) >= 4.5, f"{literal} on white < 4.5:1"

@@ -146,10 +146,15 @@ _SWITCH_JS = (
     "w.querySelectorAll('.tlib-panel').forEach(function(p){p.style.display=(p.dataset.key===key)?'':'none';});"
 )
 
-_STYLE = ("<style>.tlib-widget{border:1px solid #ccc;border-radius:6px;padding:8px;margin:8px 0}"
+# Colours are the book theme's CSS variables (sphinx-book-theme: light and dark mode), then
+# JupyterLab's, then a light-mode fallback with WCAG AA contrast; book/_assets/css/book.css sets the
+# same in the book. No colour is fixed here, so dark mode keeps its contrast.
+_STYLE = ("<style>.tlib-widget{border:1px solid var(--pst-color-border,var(--jp-border-color1,#bbb));"
+          "border-radius:6px;padding:8px;margin:8px 0;color:var(--pst-color-text-base,var(--jp-ui-font-color1,inherit))}"
           ".tlib-controls label{display:inline-block;margin:0 16px 6px 0;font-family:sans-serif;font-size:90%}"
           ".tlib-controls output{font-family:monospace;margin-left:4px}"
-          ".tlib-figure{max-width:100%}.tlib-note{color:#666;font-size:80%;font-family:sans-serif}</style>")
+          ".tlib-figure{max-width:100%}.tlib-note{color:var(--pst-color-text-muted,var(--jp-ui-font-color2,#555));"
+          "font-size:80%;font-family:sans-serif}</style>")
 
 
 class Explorer:
