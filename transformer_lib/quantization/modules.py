@@ -1,0 +1,194 @@
+"""Weight-only quantized layers and :func:`quantize`, which puts them into a model in place (chapter 19).
+
+*Weight-only*: the weights are stored as int8 or int4 blocks (:mod:`.formats`), the activations
+stay float32, and every product is float32 arithmetic on weights decoded in registers. Decoding
+is bound by the bytes of weights it reads, not by arithmetic, so this keeps all of the speed-up
+and none of the accuracy risk of quantizing activations (whose outliers are much larger).
+
+:class:`QuantizedLinear` replaces ``nn.Linear``: one row of x (or a few) goes through the compiled
+kernel (:func:`~.kernels.matvec`), a long prompt's many rows through ``F.linear`` on weights
+decoded once (prefill is bound by arithmetic, where BLAS's float32 matmul is the fast way).
+
+:class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
+for the input and multiplied as the output head. A model that writes its head as
+``x @ self.embed.weight.T`` (:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) gets from
+``.weight`` a :class:`QuantizedWeight`, a small tensor-like object (PyTorch's
+``__torch_function__`` protocol) that turns that product into a kernel call.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .._checks import check_matvec_input, check_quantization_args
+from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
+from .kernels import matvec
+
+__all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
+           "KERNEL_MAX_ROWS"]
+
+# Up to this many rows of x go through the matrix-vector kernel (decoding, small batches); more
+# rows decode the weights once and use float32 BLAS (prefill: bound by arithmetic, not bytes).
+KERNEL_MAX_ROWS = 16
+
+
+class QuantizedLinear(nn.Module):
+    """``y = x W^T (+ b)`` with W (out, in) kept as blocks (``fmt`` 'q8_0' or 'q4_1', a buffer of
+    uint8 (out, in / group_size * bytes per block)). Build one with :meth:`from_linear` or from a
+    GGUF file's own blocks (:func:`~.gguf_blocks.load_smollm2_quantized`)."""
+
+    def __init__(self, blocks: torch.Tensor, fmt: str, in_features: int, group_size: int = 32,
+                 bias: torch.Tensor | None = None):
+        super().__init__()
+        if fmt not in FORMATS.values():
+            raise ValueError(f"fmt must be one of {sorted(FORMATS.values())}, got {fmt!r}")
+        expected = in_features // group_size * bytes_per_block(fmt, group_size)
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] != expected:
+            raise ValueError(f"blocks must be uint8 (out_features, {expected}) for {fmt} with in_features="
+                             f"{in_features}, group_size={group_size}; got {blocks.dtype} {tuple(blocks.shape)}")
+        self.fmt, self.in_features, self.group_size = fmt, in_features, group_size
+        self.out_features = blocks.shape[0]
+        self.register_buffer("blocks", blocks)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bits: int, group_size: int = 32,
+                    bias: torch.Tensor | None = None) -> "QuantizedLinear":
+        """A float (out, in) weight quantized (:func:`~.formats.quantize_blocks`); the bias stays float32."""
+        w = weight.detach()
+        blocks = quantize_blocks(w.cpu(), bits, group_size).to(w.device)
+        bias = None if bias is None else bias.detach().float().clone()
+        return cls(blocks, FORMATS[bits], w.shape[1], group_size, bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, bits: int, group_size: int = 32) -> "QuantizedLinear":
+        """An ``nn.Linear`` quantized: see :meth:`from_weight`."""
+        return cls.from_weight(linear.weight, bits, group_size, linear.bias)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """W as float32 (out, in), decoded from the blocks (for prefill, tests and plots)."""
+        return dequantize_blocks(self.blocks, self.fmt, self.group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_matvec_input(x, self.in_features)
+        rows = x.numel() // self.in_features
+        if rows <= KERNEL_MAX_ROWS:
+            y = matvec(x, self.blocks, self.fmt, self.group_size)  # (..., in) -> (..., out), one pass
+        else:
+            y = F.linear(x.float(), self.dequantized_weight())  # (..., in) -> (..., out)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
+                f"group_size={self.group_size}, bias={self.bias is not None}")
+
+
+class QuantizedWeight:
+    """What ``QuantizedEmbedding.weight`` returns: stands for the (V, D) matrix in ``x @ weight.T``
+    (and ``F.linear(x, weight)``) without decoding it. Any other torch call on it decodes the full
+    matrix first (correct, but slow and 4-8 times the memory)."""
+
+    def __init__(self, layer: QuantizedLinear, transposed: bool = False):
+        self.layer, self.transposed = layer, transposed
+
+    @property
+    def T(self) -> "QuantizedWeight":
+        return QuantizedWeight(self.layer, not self.transposed)
+
+    @property
+    def shape(self) -> torch.Size:
+        V, D = self.layer.out_features, self.layer.in_features
+        return torch.Size((D, V) if self.transposed else (V, D))
+
+    dtype = torch.float32
+
+    @property
+    def device(self) -> torch.device:
+        return self.layer.blocks.device
+
+    def dequantize(self) -> torch.Tensor:
+        w = self.layer.dequantized_weight()  # (V, D)
+        return w.T if self.transposed else w
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and len(args) == 2 \
+                and isinstance(args[1], cls) and args[1].transposed and isinstance(args[0], torch.Tensor):
+            return args[1].layer(args[0])  # x (..., D) @ W^T (D, V) -> (..., V)
+        if func is F.linear and len(args) >= 2 and isinstance(args[1], cls) and not args[1].transposed:
+            y = args[1].layer(args[0])
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            return y if bias is None else y + bias
+        decoded = [a.dequantize() if isinstance(a, cls) else a for a in args]
+        return func(*decoded, **kwargs)
+
+
+class QuantizedEmbedding(nn.Module):
+    """A tied embedding kept as blocks: ``forward(tokens)`` decodes the rows it looks up;
+    ``.weight`` is a :class:`QuantizedWeight` for the output head; ``.head`` is the same blocks as a
+    :class:`QuantizedLinear` (shared, not copied)."""
+
+    def __init__(self, head: QuantizedLinear):
+        super().__init__()
+        self.head = head
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+
+    @property
+    def weight(self) -> QuantizedWeight:
+        return QuantizedWeight(self.head)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.head
+        rows = h.blocks[tokens.reshape(-1)]  # (B * L, bytes): only the rows looked up
+        return dequantize_blocks(rows, h.fmt, h.group_size).reshape(*tokens.shape, h.in_features)  # (B, L, D)
+
+
+def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    parent_name, _, child = name.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), child
+
+
+def quantize(model: nn.Module, bits: int, group_size: int = 32) -> nn.Module:
+    """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
+    or 4 (asymmetric, q4_1), in place, and return the model. Its embedding is quantized too when it
+    is tied to the output head: when a linear layer shares its weight (``DecoderOnlyLM``), or when
+    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``, as in
+    ``LlamaDecoder``). Untied embeddings, norms and biases stay float32. Layers whose input width
+    ``group_size`` does not divide raise a ValueError before anything is replaced."""
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    for name, m in linears.items():  # check everything first: all or nothing
+        check_quantization_args(m.weight, bits, group_size)
+    tied = {}  # embedding name -> the linear head sharing its weight (or None: the head is embed.weight.T)
+    for e_name, emb in embeddings.items():
+        sharing = [n for n, m in linears.items() if m.weight is emb.weight]
+        if sharing:
+            tied[e_name] = sharing[0]
+        elif not any(m.out_features == emb.num_embeddings for m in linears.values()):
+            check_quantization_args(emb.weight, bits, group_size)
+            tied[e_name] = None
+    shared: dict[str, QuantizedLinear] = {}
+    for e_name, head_name in tied.items():
+        emb = embeddings[e_name]
+        q = QuantizedLinear.from_linear(linears[head_name], bits, group_size) if head_name else \
+            QuantizedLinear.from_weight(emb.weight, bits, group_size)  # the (V, D) matrix, as the head reads it
+        parent, child = _parent(model, e_name)
+        setattr(parent, child, QuantizedEmbedding(q))
+        if head_name:
+            shared[head_name] = q
+    for name, m in linears.items():
+        parent, child = _parent(model, name)
+        setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size))
+    return model
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of a model's weights as stored: parameters plus quantized blocks, tied ones once."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + [b for n, b in model.named_buffers() if n.endswith("blocks")]:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
