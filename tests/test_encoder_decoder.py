@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import transformer_lib as tl
 from transformer_lib import tasks
+from exercise_answers import wrong_answers
 from transformer_lib.exercises import get
 from transformer_lib.masks import prefix_lm_mask
 from transformer_lib.probes import dependency_map, mask_kind, record_attention
@@ -282,7 +283,7 @@ SOLUTIONS = {
 def test_checker_accepts_a_right_answer_and_rejects_the_wrong_ones(name):
     exercise = get(name)
     assert exercise.run(SOLUTIONS[name]).passed, exercise.run(SOLUTIONS[name]).message
-    for wrong in exercise.wrong_answers():
+    for wrong in wrong_answers(name):
         assert not exercise.run(wrong).passed
 
 

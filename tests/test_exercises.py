@@ -1,4 +1,5 @@
-"""Every checker bites: stubs and registered wrong answers fail; the chapters' solutions pass."""
+"""The chapters and the registry agree: every check a chapter calls is registered and used, and the
+executed notebooks show PASS. The checkers against their test data: tests/test_exercises_answers.py."""
 import re
 from pathlib import Path
 
@@ -16,27 +17,8 @@ def test_registry_is_not_empty():
     assert "intro.mean_of_squares" in REGISTRY
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_stub_and_wrong_answers_fail(name):
-    ex = REGISTRY[name]
-    for stub in (None, ...):
-        result = ex.run(stub)
-        assert not result.passed and "stub" in result.message
-    wrong = list(ex.wrong_answers())
-    assert wrong, f"exercise {name} registers no wrong answers: its checker is untested"
-    for answer in wrong:
-        result = ex.run(answer)
-        assert not result.passed, f"{name}: a wrong answer passed"
-
-
 def _crashes(*args, **kwargs):
     raise RuntimeError("boom")
-
-
-@pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_a_crashing_answer_is_reported_not_raised(name):
-    result = check(name, _crashes, quiet=True)
-    assert not result.passed and "RuntimeError" in result.message
 
 
 def test_a_crashing_answer_reports_not_yet(capsys):

@@ -3,7 +3,8 @@ check for every exercise (solutions, alternatives, wrong answers, stubs, crashes
 point the way without giving the expected value away, and the answer types the chapter promises."""
 import re
 
-from transformer_lib.exercises import check, get, list_exercises
+from exercise_answers import ch11_flash as answers_ch11
+from transformer_lib.exercises import check, list_exercises
 from transformer_lib.tiled import count_tiles
 
 NAMES = ["flash.causal_tiles_skipped", "flash.merge", "flash.online_softmax_step", "flash.tile_update"]
@@ -24,8 +25,28 @@ def test_an_off_by_one_count_is_told_too_high_or_low_without_the_value():
 
 
 def test_a_tile_update_that_normalizes_early_is_caught_at_the_output():
-    result = check("flash.tile_update", get("flash.tile_update").wrong_answers()[2], quiet=True)
+    result = check("flash.tile_update", answers_ch11._tile_normalizes_early, quiet=True)
     assert not result.passed and "acc / l" in result.message
+
+
+def test_forms_equal_in_exact_arithmetic_but_not_in_float32_are_rejected():
+    """Issue 26: the unshifted exp(s) / exp(m_new) and the shift by the block's own maximum agree
+    with the right update on small scores (so only the checker's large scores can tell), and the
+    checker rejects both for producing inf or NaN."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    acc, m, l = torch.randn(3, 2, generator=g), torch.tensor([0.5, 2.0, -1.0]), torch.tensor([1.5, 2.0, 0.7])
+    s, v = torch.randn(3, 4, generator=g), torch.randn(4, 2, generator=g)
+    right = answers_ch11._reference_tile(acc, m, l, s, v)
+    for form in (answers_ch11._tile_unshifted, answers_ch11._tile_block_max_shift):
+        for got, want in zip(form(acc, m, l, s, v), right):
+            assert torch.allclose(got, want, atol=1e-6)
+        result = check("flash.tile_update", form, quiet=True)
+        assert not result.passed and "NaN or inf" in result.message, result.message
+    step = answers_ch11._step_block_max_shift
+    assert torch.allclose(step(m, l, s)[1], answers_ch11.online_softmax_step(m, l, s)[1])
+    assert not check("flash.online_softmax_step", step, quiet=True).passed
 
 
 def test_the_answer_types_the_chapter_promises_are_accepted():

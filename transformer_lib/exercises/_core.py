@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import math
 import numbers
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 __all__ = ["REGISTRY", "Exercise", "NotYet", "Result", "check", "exercise", "get", "list_exercises",
-           "compare_function", "compare_arrays", "compare_value", "preserved_rng", "seed_cpu", "to_numpy",
-           "to_number", "to_int"]
+           "compare_function", "compare_arrays", "compare_value", "expected_values", "module_with", "preserved_rng",
+           "require_function", "seed_cpu", "to_numpy", "to_number", "to_int"]
 
 
 class NotYet(Exception):
@@ -39,14 +42,15 @@ class Result:
 
 @dataclass
 class Exercise:
-    """A registered exercise.
+    """A registered exercise: its name, its checker and a hint shown with a "not yet".
 
-    ``checker(answer)`` returns a short success message or raises :class:`NotYet`.
-    ``wrong_answers`` builds answers that must fail (used by the tests to prove the checker bites).
-    ``solution`` builds the reference answer (usually the library function the checker compares
-    with) and ``alternative_answers`` builds right answers written differently (einsum, loops,
-    NumPy, other input types): the tests require every one of them to pass, so a checker cannot
-    reject a right answer for the way it is written.
+    ``checker(answer)`` returns a short success message or raises :class:`NotYet`. It calls the
+    answer only with data (tensors, arrays, numbers, strings, lists of them) or a library module,
+    and computes what it expects from the library's public functions, from a property the right
+    answer must have, or from numbers stored in ``expected.json``: no exercise carries its solution,
+    so nothing a student imports hands them an answer. The reference solutions, right answers
+    written differently and the wrong answers every checker must reject are test data, in
+    ``tests/exercise_answers/``.
 
     :meth:`run` calls the checker inside :func:`preserved_rng`: a check never changes the reader's
     next random numbers (torch, NumPy, ``random``), and the checker sees the same seeds every time.
@@ -54,14 +58,13 @@ class Exercise:
     name: str
     checker: Callable[[Any], str | None]
     hint: str = ""
-    wrong_answers: Callable[[], Sequence[Any]] = field(default=lambda: [])
-    solution: Callable[[], Any] | None = None
-    alternative_answers: Callable[[], Sequence[Any]] = field(default=lambda: [])
+    call: str = ""  # the call the answer must support, e.g. "step(running_max, running_sum, scores)"
 
     def run(self, answer) -> Result:
         if _is_stub(answer):
             return Result(self.name, False, "replace the stub with your answer, then run this cell again.")
         try:
+            require_function(answer, self.call)  # every exercise asks for a function
             with preserved_rng():
                 message = self.checker(answer) or "all test inputs match."
         except NotYet as err:
@@ -75,18 +78,15 @@ class Exercise:
 
 
 REGISTRY: dict[str, Exercise] = {}
-HISTORY: list[Result] = []
 
 
-def exercise(name: str, hint: str = "", wrong_answers: Callable[[], Sequence[Any]] | None = None,
-             solution: Callable[[], Any] | None = None,
-             alternative_answers: Callable[[], Sequence[Any]] | None = None):
-    """Decorator registering ``checker`` under ``name`` (see :class:`Exercise` for the factories)."""
+def exercise(name: str, hint: str = "", call: str = ""):
+    """Decorator registering ``checker`` under ``name``; ``call`` names the function the reader
+    writes (shown when the answer is not a function at all)."""
     def register(checker):
         if name in REGISTRY:
             raise ValueError(f"exercise {name!r} is registered twice")
-        REGISTRY[name] = Exercise(name, checker, hint, wrong_answers or (lambda: []), solution,
-                                  alternative_answers or (lambda: []))
+        REGISTRY[name] = Exercise(name, checker, hint, call)
         return checker
     return register
 
@@ -104,10 +104,33 @@ def list_exercises(prefix: str = "") -> list[str]:
 def check(name: str, answer, *, quiet: bool = False) -> Result:
     """Check ``answer`` for exercise ``name``; print the verdict and return it as a :class:`Result`."""
     result = get(name).run(answer)
-    HISTORY.append(result)
     if not quiet:
         print(result)
     return result
+
+
+def require_function(answer, call: str = "") -> None:
+    """NotYet unless ``answer`` is callable (:meth:`Exercise.run` asks it of every answer).
+
+    ``call`` names the expected call, e.g. ``"step(running_max, running_sum, scores)"``."""
+    if not callable(answer):
+        raise NotYet(f"expected a function{' ' + call if call else ''}, got {type(answer).__name__}")
+
+
+def expected_values(name: str) -> list[np.ndarray]:
+    """The stored expected outputs of exercise ``name``, one array per test input, in order.
+
+    Where the library has no public function for an exercise's answer (a warm-up formula, the
+    scores before the softmax), the checker compares with numbers, never with a function: they
+    were computed once from the tests' reference solution on the checker's own inputs and are
+    kept in ``expected.json`` beside this file (``tests/test_exercises_answers.py`` recomputes
+    them and fails when they drift)."""
+    return [np.asarray(v, dtype=np.float64) for v in _stored_expected()[name]]
+
+
+@functools.lru_cache(maxsize=1)
+def _stored_expected() -> dict[str, list]:
+    return json.loads((Path(__file__).with_name("expected.json")).read_text())
 
 
 def _is_stub(answer) -> bool:
@@ -147,6 +170,18 @@ def preserved_rng(seed: int | None = 0):
             torch.cuda.set_rng_state_all(cuda_states)
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+def module_with(cls: type[torch.nn.Module], *args, weights: dict[str, torch.Tensor], **kwargs) -> torch.nn.Module:
+    """A library module built with ``cls(*args, **kwargs)`` whose parameters are set to ``weights``
+    (``{"q_proj.weight": w, ...}``), in eval mode. Its random init runs in a forked RNG, so building
+    one never changes the reader's random numbers."""
+    with torch.random.fork_rng(devices=[]):
+        module = cls(*args, **kwargs)
+    with torch.no_grad():
+        for name, value in weights.items():
+            module.get_parameter(name).copy_(value)
+    return module.eval()
 
 
 # -- converting answers: every natural type is accepted -----------------------------------------
@@ -203,9 +238,6 @@ def to_int(x, what: str = "your count") -> int:
 
 # -- comparison helpers used by the checkers ---------------------------------------------------
 
-_to_numpy = to_numpy  # the old private name
-
-
 def compare_arrays(got, expected, what: str = "your result", atol: float = 1e-5, rtol: float = 1e-5) -> None:
     """Raise NotYet describing the first difference (shape, dtype kind, values) — never the values.
 
@@ -233,21 +265,18 @@ def compare_arrays(got, expected, what: str = "your result", atol: float = 1e-5,
         raise NotYet(f"{what} differs: largest absolute difference {diff:.3g} (tolerance {atol:g})")
 
 
-def compare_function(answer: Callable, reference: Callable, inputs: Iterable[tuple], what: str = "output",
-                     atol: float = 1e-5, describe: Callable[[tuple], str] | None = None) -> str:
-    """Run ``answer(*args)`` and ``reference(*args)`` on every input; raise NotYet on the first mismatch."""
-    if not callable(answer):
-        raise NotYet(f"expected a function, got {type(answer).__name__}")
+def compare_function(answer: Callable, reference: Callable | Sequence, inputs: Iterable[tuple],
+                     what: str = "output", atol: float = 1e-5, describe: Callable[[tuple], str] | None = None) -> str:
+    """Run ``answer(*args)`` on every input and compare it with ``reference(*args)`` (a library
+    function) or with ``reference[i]`` (stored expected values, one per input, from
+    :func:`expected_values`); raise NotYet on the first mismatch."""
+    require_function(answer)
     n = 0
     for args in inputs:
+        expected = reference(*args) if callable(reference) else reference[n]
         n += 1
         label = describe(args) if describe else f"test input #{n}"
-        expected = reference(*args)
-        got = answer(*args)
-        try:
-            compare_arrays(got, expected, what=f"{what} for {label}", atol=atol)
-        except NotYet:
-            raise
+        compare_arrays(answer(*args), expected, what=f"{what} for {label}", atol=atol)
     return f"matches the library on all {n} test inputs."
 
 

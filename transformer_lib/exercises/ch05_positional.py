@@ -1,62 +1,18 @@
 """Chapter 5 (positional encoding) exercises: decoding a position, RoPE, RoPE scores from offsets, ALiBi."""
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
-from ..positional import alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding
+from ..positional import alibi_bias, apply_rotary, sinusoidal_encoding
 from ._core import NotYet, compare_function, exercise, to_numpy
 
 
 # -- 1. every position has its own fingerprint -------------------------------------------------
 
-def _decode_reference(vectors, max_len):
-    table = sinusoidal_encoding(max_len, vectors.shape[-1])  # (max_len, d)
-    dist = torch.cdist(vectors.float(), table)  # (N, max_len)
-    return dist.argmin(dim=-1)
-
-
-def _decode_first_pair_only(vectors, max_len):  # the fastest pair alone repeats every 2*pi positions
-    table = sinusoidal_encoding(max_len, vectors.shape[-1])[:, :2]
-    return torch.cdist(vectors.float()[:, :2], table).argmin(dim=-1)
-
-
-def _decode_off_by_one(vectors, max_len):
-    return _decode_reference(vectors, max_len) + 1
-
-
-def _decode_farthest(vectors, max_len):  # argmax of the distance: the farthest row
-    table = sinusoidal_encoding(max_len, vectors.shape[-1])
-    return torch.cdist(vectors.float(), table).argmax(dim=-1)
-
-
-def _decode_wrong_axis(vectors, max_len):  # argmin over the vectors instead of over the table
-    table = sinusoidal_encoding(max_len, vectors.shape[-1])
-    return torch.cdist(vectors.float(), table).argmin(dim=0)
-
-
-def _decode_by_dot_product(vectors, max_len):
-    """A right answer: every row of the table has the same norm, so the largest dot product is the nearest row."""
-    table = sinusoidal_encoding(max_len, vectors.shape[-1])  # (max_len, d)
-    return (vectors @ table.T).argmax(dim=-1)  # (N,)
-
-
-def _decode_numpy_loop(vectors, max_len):
-    """A right answer with NumPy and a loop over the vectors, returned as a list of ints."""
-    table = sinusoidal_encoding(max_len, vectors.shape[-1]).numpy()  # (max_len, d)
-    return [int(np.argmin(((table - v) ** 2).sum(axis=1))) for v in vectors.numpy()]
-
 
 @exercise("positional.decode_position",
           hint="compare each vector with every row of tl.sinusoidal_encoding(max_len, d) and return "
-               "the index of the closest row (torch.cdist, then argmin)",
-          wrong_answers=lambda: [_decode_first_pair_only, _decode_off_by_one,
-                                 lambda v, m: torch.zeros(v.shape[0], dtype=torch.long),
-                                 _decode_farthest, _decode_wrong_axis],
-          solution=lambda: _decode_reference,
-          alternative_answers=lambda: [_decode_by_dot_product, _decode_numpy_loop])
+               "the index of the closest row (torch.cdist, then argmin)")
 def _check_decode(answer):
     g = torch.Generator().manual_seed(3)
     for max_len, d in [(20, 8), (100, 16), (500, 64)]:
@@ -73,56 +29,10 @@ def _check_decode(answer):
 
 # -- 2. RoPE ----------------------------------------------------------------------------------
 
-def _rope_halves(x, positions):  # the "rotate half" layout of some codebases: a different pairing
-    d = x.shape[-1]
-    inv_freq = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-    ang = positions.float()[:, None] * inv_freq  # (L, d/2)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return torch.cat([x1 * ang.cos() - x2 * ang.sin(), x1 * ang.sin() + x2 * ang.cos()], dim=-1)
-
-
-def _rope_wrong_direction(x, positions):
-    return apply_rotary(x, -positions)
-
-
-def _rope_frequency_without_2(x, positions):  # theta_i = 10000^(-i/d): the pairs turn too slowly
-    d = x.shape[-1]
-    inv_freq = 10000 ** (-torch.arange(d // 2, dtype=torch.float32) / d)  # (d/2,)
-    ang = positions.float()[:, None] * inv_freq  # (L, d/2)
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = torch.stack([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
-    return out.flatten(-2)
-
-
-def _rope_complex(x, positions):
-    """A right answer: each pair (a, b) is the complex number a + ib, rotated by multiplying with e^(i angle)."""
-    d = x.shape[-1]
-    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
-    rot = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
-                      positions.double()[:, None] * theta)  # (L, d/2) complex
-    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())  # (..., L, d/2)
-    return torch.view_as_real(z * rot).flatten(-2)  # (..., L, d)
-
-
-def _rope_loops(x, positions):
-    """A right answer with a loop over the pairs, each turned by a 2 x 2 rotation matrix."""
-    d = x.shape[-1]
-    out = torch.empty_like(x)
-    for i in range(d // 2):
-        angle = positions.double() * 10000.0 ** (-2 * i / d)  # (L,)
-        c, s = angle.cos().float(), angle.sin().float()
-        a, b = x[..., 2 * i], x[..., 2 * i + 1]  # (..., L)
-        out[..., 2 * i], out[..., 2 * i + 1] = a * c - b * s, a * s + b * c
-    return out
-
 
 @exercise("positional.rope",
           hint="pair (x[2i], x[2i+1]) rotates by angle pos * 10000^(-2i/d): "
-               "(a, b) -> (a cos - b sin, a sin + b cos)",
-          wrong_answers=lambda: [_rope_halves, _rope_wrong_direction, lambda x, p: x.clone(),
-                                 _rope_frequency_without_2, lambda x, p: apply_rotary(x, p + 1)],  # positions off by one
-          solution=lambda: apply_rotary,
-          alternative_answers=lambda: [_rope_complex, _rope_loops])
+               "(a, b) -> (a cos - b sin, a sin + b cos)")
 def _check_rope(answer):
     g = torch.Generator().manual_seed(5)
     inputs = [(torch.randn(3, 2, generator=g), torch.arange(3)),
@@ -134,74 +44,25 @@ def _check_rope(answer):
 
 # -- 3. ALiBi ---------------------------------------------------------------------------------
 
-def _alibi_reference(num_heads, L):
-    return alibi_bias(num_heads, L)  # (1, H, L, L)
-
-
-def _alibi_positive(num_heads, L):
-    return -alibi_bias(num_heads, L)
-
-
-def _alibi_one_slope(num_heads, L):
-    d = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).abs().float()
-    return (-0.5 * d).expand(1, num_heads, L, L)
-
-
-def _alibi_signed(num_heads, L):
-    d = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).float()  # i - j, not |i - j|
-    return -(alibi_slopes(num_heads)[:, None, None] * d).unsqueeze(0)
-
-
-def _alibi_loops(num_heads, L):
-    """A right answer with Python loops over heads, queries and keys, returned as nested lists."""
-    slopes = alibi_slopes(num_heads).tolist()
-    return [[[[-slopes[h] * abs(i - j) for j in range(L)] for i in range(L)] for h in range(num_heads)]]
-
-
 @exercise("positional.alibi_bias",
-          hint="bias[0, h, i, j] = -slope_h * |i - j|, with slope_h from tl.alibi_slopes(num_heads)",
-          wrong_answers=lambda: [_alibi_positive, _alibi_one_slope, _alibi_signed,
-                                 lambda H, L: alibi_bias(H, L).flip(1),  # slopes in reverse order
-                                 lambda H, L: alibi_bias(H, L)[0]],  # (H, L, L): no leading batch axis
-          solution=lambda: _alibi_reference,
-          alternative_answers=lambda: [
-              _alibi_loops,
-              lambda H, L: -(alibi_slopes(H).numpy()[None, :, None, None]
-                             * np.abs(np.arange(L)[:, None] - np.arange(L)[None, :])),  # NumPy
-          ])
+          hint="bias[0, h, i, j] = -slope_h * |i - j|, with slope_h from tl.alibi_slopes(num_heads)")
 def _check_alibi(answer):
     inputs = [(1, 3), (4, 6), (8, 10), (12, 5)]
-    return compare_function(answer, _alibi_reference, inputs, what="bias", atol=1e-5,
+    return compare_function(answer, alibi_bias, inputs, what="bias", atol=1e-5,
                             describe=lambda a: f"num_heads={a[0]}, L={a[1]}")
 
 
 # -- 4. a RoPE score from the offset alone -----------------------------------------------------
 
-def _score_reference(q, k, offset):
-    m = 7  # any query position gives the same score: that is the point of the exercise
-    q_rot = apply_rotary(q[None], torch.tensor([m]))[0]  # (d,)
-    k_rot = apply_rotary(k[None], torch.tensor([m + offset]))[0]  # (d,)
-    return (q_rot * k_rot).sum()
-
-
-def _score_rotate_query(q, k, offset):  # rotating q by +offset gives the score at -offset
-    return (apply_rotary(q[None], torch.tensor([offset]))[0] * k).sum()
-
-
 @exercise("positional.rope_score",
-          hint="<R(m) q, R(m + offset) k> = <q, R(offset) k>: rotate only the key, by the offset",
-          wrong_answers=lambda: [_score_rotate_query, lambda q, k, o: (q * k).sum(),
-                                 lambda q, k, o: _score_reference(q, k, -o),
-                                 lambda q, k, o: _score_reference(q, k, o + 1),  # offset off by one
-                                 lambda q, k, o: _score_reference(q, k, o) / math.sqrt(q.shape[-1])],  # scaled
-          solution=lambda: _score_reference,
-          alternative_answers=lambda: [
-              lambda q, k, o: float(apply_rotary(q[None], torch.tensor([-o]))[0] @ k),  # <R(-o) q, k>, a float
-              lambda q, k, o: torch.dot(q, apply_rotary(k[None], torch.tensor([o]))[0]),  # <q, R(o) k>
-          ])
+          hint="<R(m) q, R(m + offset) k> = <q, R(offset) k>: rotate only the key, by the offset")
 def _check_rope_score(answer):
     g = torch.Generator().manual_seed(11)
     inputs = [(torch.randn(d, generator=g), torch.randn(d, generator=g), o)
               for d, o in [(2, 1), (8, 3), (16, -5), (32, 40)]]
-    return compare_function(answer, _score_reference, inputs, what="score", atol=1e-4,
+    m = torch.tensor([7])  # the property: the score of q rotated to position 7 and k to position 7 + offset
+
+    def absolute_score(q, k, offset):
+        return (apply_rotary(q[None], m)[0] * apply_rotary(k[None], m + offset)[0]).sum()  # (d,) * (d,) -> ()
+    return compare_function(answer, absolute_score, inputs, what="score", atol=1e-4,
                             describe=lambda a: f"d={a[0].shape[0]}, offset={a[2]}")
