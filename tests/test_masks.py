@@ -75,11 +75,15 @@ def test_torch_mha_conversions_round_trip():
     (lambda: M.causal_mask(0), "positive"),
     (lambda: M.padding_mask([[1, 2]]), "1-D"),
     (lambda: M.padding_mask([5], max_len=3), "max_len"),
-    (lambda: M.global_tokens_mask(4, [4]), "global positions"),
+    (lambda: M.global_tokens_mask(4, [4]), "global_positions"),
+    (lambda: M.global_tokens_mask(4, [1.5]), "global_positions"),
+    (lambda: M.causal_mask(4, 2), "L_k"),
+    (lambda: M.padding_mask([1.5, 2]), "integers"),
+    (lambda: M.combine_masks(torch.ones(3, 3, dtype=torch.bool), torch.ones(4, 1, 2, dtype=torch.bool)), "broadcast"),
+    (lambda: M.from_torch_mha_mask(torch.tensor([0.0, float("nan")])), "NaN"),
     (lambda: M.combine_masks(torch.zeros(3, 3)), "boolean"),
     (lambda: M.to_torch_mha_mask(torch.zeros(3, 3)), "boolean"),
     (lambda: M.from_torch_mha_mask(torch.zeros(3, 3, dtype=torch.long)), "boolean or float"),
-    (lambda: M.validate_mask(torch.ones(2, 2, dtype=torch.bool), 1, 1, 3, 3), "broadcast"),
 ])
 def test_bad_parameters_raise(call, message):
     with pytest.raises(ValueError, match=message):

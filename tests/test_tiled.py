@@ -54,10 +54,12 @@ def test_exported_at_top_level():
     ((2, 2, 50, 50, 8), (1, 1)),        # one score per tile
     ((1, 4, 130, 130, 64), (64, 32)),
     ((2, 1, 9, 23, 4), (4, 10)),        # L_q < L_k (KV-cache-like causal alignment)
-    ((2, 1, 23, 9, 4), (10, 4)),        # L_q > L_k: the first causal rows see nothing
+    ((2, 1, 23, 9, 4), (10, 4)),        # L_q > L_k: not causal (causal refuses it, next test)
 ])
 def test_matches_readable_attention(device, causal, shape, blocks):
     B, H, Lq, Lk, d = shape
+    if causal and Lq > Lk:
+        pytest.skip("causal attention with fewer keys than queries is refused (test below)")
     q = torch.randn(B, H, Lq, d, device=device)
     k, v = torch.randn(B, H, Lk, d, device=device), torch.randn(B, H, Lk, d + 3, device=device)
     out, lse = tiled_attention(q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1], return_lse=True)
@@ -66,6 +68,39 @@ def test_matches_readable_attention(device, causal, shape, blocks):
     assert torch.allclose(out, expected, atol=ATOL, rtol=0)
     assert_lse_equal(lse, expected_lse)
     assert not out.isnan().any()
+
+
+def test_causal_with_fewer_keys_than_queries_is_refused_like_causal_mask():
+    """causal_mask(4, 2) would give rows that see nothing; GroupedQueryAttention refuses the same
+    input. All three agree now: a ValueError naming L_k."""
+    q, k = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 2, 8)
+    with pytest.raises(ValueError, match="L_k"):
+        causal_mask(4, 2)
+    with pytest.raises(ValueError, match="L_k"):
+        tiled_attention(q, k, k, causal=True)
+    with pytest.raises(ValueError, match="L_k"):
+        tile_schedule(4, 2, causal=True)
+    from transformer_lib.grouped_query import causal_mask_with_offset
+    with pytest.raises(ValueError):
+        causal_mask_with_offset(4, 2)
+
+
+def test_a_nan_query_row_gives_nan_like_the_readable_path():
+    """A NaN used to become zeros with lse = -inf (the answer for "no visible key"): l > 0 is False
+    for NaN. It must propagate to exactly the rows the readable attention makes NaN."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=g) for _ in range(3))
+    q[0, 1, 3, 2] = float("nan")
+    out, lse = tiled_attention(q, k, v, block_q=4, block_k=4, return_lse=True)
+    expected, _ = reference(q, k, v)
+    assert torch.equal(out.isnan(), expected.isnan()) and out.isnan().any()
+    assert torch.equal(lse.isnan(), expected.isnan().any(-1)) and not torch.isneginf(lse).any()
+    k2 = k.clone()
+    k2[0, 0, 5, 0] = float("inf")  # an inf key poisons every row that sees it, as in the readable path
+    out2 = tiled_attention(q, k2, v, block_q=4, block_k=4)
+    assert torch.equal(out2.isnan(), reference(q, k2, v)[0].isnan())
+    assert torch.equal(online_softmax(torch.tensor([[0.0, float("nan")], [1.0, 2.0]])).isnan(),
+                       torch.softmax(torch.tensor([[0.0, float("nan")], [1.0, 2.0]]), -1).isnan())
 
 
 @settings(max_examples=40, deadline=None)
@@ -87,6 +122,10 @@ def test_property_matches_readable(B, H, Lq, Lk, d, block_q, block_k, causal, ma
         mask = torch.rand(Lq, 1, generator=g) > 0.3
     else:  # (Lk,): a plain key mask
         mask = torch.rand(Lk, generator=g) > 0.3
+    if causal and Lq > Lk:  # refused, like causal_mask(Lq, Lk)
+        with pytest.raises(ValueError, match="L_k"):
+            tiled_attention(q, k, v, mask, causal=causal, block_q=block_q, block_k=block_k)
+        return
     out, lse = tiled_attention(q, k, v, mask, causal=causal, block_q=block_q, block_k=block_k, return_lse=True)
     expected, expected_lse = reference(q, k, v, mask, causal)
     assert torch.allclose(out, expected, atol=ATOL, rtol=0)
@@ -204,8 +243,11 @@ def brute_force_tiles(L_q, L_k, block_q, block_k):
 @settings(max_examples=60, deadline=None)
 @given(L_q=st.integers(1, 70), L_k=st.integers(1, 70), block_q=st.integers(1, 30), block_k=st.integers(1, 30))
 def test_causal_schedule_is_exactly_the_tiles_with_a_visible_pair(L_q, L_k, block_q, block_k):
+    if L_q > L_k:  # the first rows would see nothing: refused, like causal_mask
+        with pytest.raises(ValueError, match="L_k"):
+            count_tiles(L_q, L_k, block_q, block_k, causal=True)
+        return
     expected = brute_force_tiles(L_q, L_k, block_q, block_k)
-    # when L_q > L_k the first rows see nothing, and their query blocks keep no tile at all
     assert tile_schedule(L_q, L_k, block_q, block_k, causal=True) == expected
     computed, total = count_tiles(L_q, L_k, block_q, block_k, causal=True)
     assert computed == len(expected)
@@ -253,13 +295,14 @@ def test_gradients_match_the_readable_path():
 
 # ---- bad input ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"block_q": 0}, "block_q"), ({"block_k": -3}, "block_k"), ({"block_q": 2.5}, "block_q"),
-    ({"block_k": True}, "block_k"), ({"causal": 1}, "causal"), ({"return_lse": "yes"}, "return_lse"),
+@pytest.mark.parametrize("kwargs,match,error", [
+    ({"block_q": 0}, "block_q", ValueError), ({"block_k": -3}, "block_k", ValueError),
+    ({"block_q": 2.5}, "block_q", ValueError), ({"block_k": True}, "block_k", ValueError),
+    ({"causal": 1}, "causal", TypeError), ({"return_lse": "yes"}, "return_lse", TypeError),
 ])
-def test_bad_settings_raise(kwargs, match):
+def test_bad_settings_raise(kwargs, match, error):
     q = torch.randn(1, 1, 4, 8)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         tiled_attention(q, q, q, **kwargs)
 
 

@@ -85,11 +85,11 @@ def test_bad_inputs_raise():
         schedule_time(rnn_levels(4, 4), 0)
     with pytest.raises(ValueError, match="overhead"):
         schedule_time(rnn_levels(4, 4), 1, overhead=-1)
-    with pytest.raises(ValueError, match="n >= 1"):
+    with pytest.raises(ValueError, match="n must be a positive integer"):
         rnn_levels(0, 4)
     with pytest.raises(ValueError, match="expansion"):
         encoder_levels(4, 4, expansion=0)
-    with pytest.raises(ValueError, match="'rnn' or 'transformer'"):
+    with pytest.raises(ValueError, match="model must be one of 'rnn', 'transformer'"):
         sequential_steps("lstm", 4)
     with pytest.raises(ValueError, match="num_layers"):
         sequential_steps("rnn", 4, 0)

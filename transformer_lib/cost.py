@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from ._checks import check_bool, check_choice, check_count, check_number, check_sizes
+
 __all__ = ["BlockCost", "block_macs", "block_flops", "cost_table", "count_parameters", "transformer_parameters",
            "attention_ffn_crossover", "Level", "rnn_levels", "encoder_levels", "schedule_time",
            "sequential_steps"]
@@ -57,19 +59,12 @@ class BlockCost:
                 "projections": 100 * self.projections / t, "scores": 100 * self.scores / t}
 
 
-def _check_sizes(n: int, d: int, expansion: float = 4, batch: int = 1) -> None:
-    if n < 1 or d < 1 or batch < 1:
-        raise ValueError(f"need n >= 1, d >= 1 and batch >= 1, got n={n}, d={d}, batch={batch}")
-    if expansion <= 0:
-        raise ValueError(f"expansion must be > 0, got {expansion}")
-
-
 def block_macs(n: int, d: int, expansion: float = 4) -> BlockCost:
     """The cost model of one block at sequence length n and width d, in multiply-accumulates.
 
     One MAC is one multiply and one add: 2 FLOPs. The shares are the same either way.
     """
-    _check_sizes(n, d, expansion)
+    check_sizes(n, d, expansion)
     return BlockCost(n, d, expansion, projections=4 * n * d * d, scores=2 * n * n * d,
                      ffn=2 * n * d * (expansion * d))
 
@@ -78,7 +73,9 @@ block_flops = block_macs  # the earlier name; it has always counted MACs (x 2 fo
 
 
 def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:
-    """Rows {n, attention %, ffn %, ...} for each n: the seed's table at d = 512."""
+    """Rows {n, attention %, ffn %, ...} for each n (chapter 10's table at d = 512)."""
+    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
+        raise TypeError(f"ns must be a list of sequence lengths, got {type(ns).__name__}")
     rows = []
     for n in ns:
         c = block_macs(n, d, expansion)
@@ -87,12 +84,19 @@ def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:
 
 
 def attention_ffn_crossover(d: int, expansion: float = 4) -> float:
-    """The n at which attention and FFN cost the same: 4nd^2 + 2n^2 d = 2 e n d^2  =>  n = (e - 2) d."""
+    """The n at which attention and FFN cost the same: 4nd^2 + 2n^2 d = 2 e n d^2  =>  n = (e - 2) d.
+
+    Only an expansion above 2 has a crossover (at e <= 2 attention costs more at every n)."""
+    check_count("d", d)
+    check_number("expansion", expansion, 2.0, low_open=True)
     return (expansion - 2) * d
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     """Number of (distinct) parameters in ``module``."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_bool("trainable_only", trainable_only)
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
@@ -104,6 +108,14 @@ def transformer_parameters(d_model: int = 512, num_heads: int = 8, d_ff: int = 2
     With ``vocab_size`` = 37000 and shared embeddings (the paper's base model) the total is ~63M;
     the paper reports 65M.
     """
+    for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
+        check_count(name, value)
+    if d_model % num_heads:
+        raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+    check_count("num_encoder_layers", num_encoder_layers, 0)
+    check_count("num_decoder_layers", num_decoder_layers, 0)
+    check_count("vocab_size", vocab_size, 0)
+    check_bool("shared_embeddings", shared_embeddings)
     attn = 4 * (d_model * d_model + d_model)
     ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
     ln = 2 * d_model
@@ -133,7 +145,7 @@ def rnn_levels(n: int, d: int, batch: int = 1) -> list[Level]:
     Then come n levels of h_{t-1} W_hh, each waiting for the one before. (Adds and tanh are
     element-wise, cheap next to the products, and left out as in :func:`block_macs`.)
     """
-    _check_sizes(n, d, batch=batch)
+    check_sizes(n, d, batch=batch)
     return [Level("input projection (all steps)", n * batch * d * d)] + \
         [Level(f"step {t + 1}: h W_hh", batch * d * d) for t in range(n)]
 
@@ -143,7 +155,7 @@ def encoder_levels(n: int, d: int, batch: int = 1, expansion: float = 4) -> list
 
     Q, K and V are independent of each other, so their projections form one level.
     """
-    _check_sizes(n, d, expansion, batch)
+    check_sizes(n, d, expansion, batch)
     e = int(round(expansion * d))
     return [Level("Q, K, V projections", 3 * batch * n * d * d),
             Level("scores Q K^T", batch * n * n * d),
@@ -162,10 +174,11 @@ def schedule_time(levels: list[Level], lanes: float, overhead: float = 0) -> flo
     with more lanes. With 1 lane and no overhead the time is the total work; with unlimited lanes
     it is the number of levels times (1 + overhead), the depth.
     """
-    if not lanes >= 1:
-        raise ValueError(f"lanes must be >= 1, got {lanes}")
-    if not overhead >= 0:
-        raise ValueError(f"overhead must be >= 0, got {overhead}")
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or \
+            not all(isinstance(level, Level) for level in levels):
+        raise TypeError("levels must be a list of cost.Level (from rnn_levels or encoder_levels)")
+    check_number("lanes", lanes, 1.0)
+    check_number("overhead", overhead, 0.0)
     return sum(math.ceil(level.macs / lanes) + overhead for level in levels)
 
 
@@ -177,10 +190,9 @@ def sequential_steps(model: str, n: int, num_layers: int = 1) -> int:
       step t) needs (l - 1, t) and (l, t - 1), so it can run at wave l + t - 1, and the last cell
       finishes at wave n + num_layers - 1. Stacking RNN layers adds to n; it does not multiply it.
     """
-    if n < 1 or num_layers < 1:
-        raise ValueError(f"need n >= 1 and num_layers >= 1, got n={n}, num_layers={num_layers}")
+    check_choice("model", model, ("rnn", "transformer"))
+    check_count("n", n)
+    check_count("num_layers", num_layers)
     if model == "rnn":
         return 1 + n + num_layers - 1
-    if model == "transformer":
-        return num_layers * len(encoder_levels(n, 1))
-    raise ValueError(f"model must be 'rnn' or 'transformer', got {model!r}")
+    return num_layers * len(encoder_levels(n, 1))  # "transformer"

@@ -13,6 +13,8 @@ import random
 import numpy as np
 import torch
 
+from ._checks import check_int, check_positive
+
 __all__ = ["get_device", "seed_everything", "cpu_threads"]
 
 
@@ -22,9 +24,15 @@ def get_device(prefer: str | None = None) -> torch.device:
     ``prefer`` (or the environment variable ``TLIB_DEVICE``) forces a choice, e.g. ``"cpu"`` to
     reproduce the book's CPU numbers on a GPU machine.
     """
+    if prefer is not None and not isinstance(prefer, (str, torch.device)):
+        raise TypeError(f"prefer must be a device name such as 'cpu' or 'cuda', got {type(prefer).__name__}")
+    source = "prefer" if prefer else "TLIB_DEVICE"
     prefer = prefer or os.environ.get("TLIB_DEVICE")
     if prefer:
-        return torch.device(prefer)
+        try:
+            return torch.device(prefer)
+        except RuntimeError:
+            raise ValueError(f"{source} must name a device ('cpu', 'cuda', 'cuda:1', 'mps'), got {prefer!r}") from None
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -39,6 +47,7 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     The returned generator is handy for code that wants its own stream of random numbers
     without disturbing the global one.
     """
+    check_int("seed", seed, 0, 2**32 - 1)  # NumPy's legacy seed range, the narrowest of the three
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds CUDA and MPS
@@ -55,6 +64,7 @@ def cpu_threads(count: int):
     times slower. One thread also makes the printed losses identical on machines with different
     core counts.
     """
+    check_positive("count", count)
     previous = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

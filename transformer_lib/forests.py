@@ -28,23 +28,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import check_choice, check_count, check_number, check_rho_sigma2, check_trees
+
 __all__ = ["average_variance", "equicorrelated_draws", "simulated_average_variance",
            "default_max_features", "tree_predictions", "TreeCorrelation", "tree_correlation",
            "oob_error_curve", "imbalanced_blobs", "plot_decision_regions"]
 
 
-def _check_trees(n_trees) -> None:
-    if isinstance(n_trees, (bool, np.bool_)) or not isinstance(n_trees, (int, np.integer)) or n_trees < 1:
-        raise ValueError(f"the number of trees B must be an integer >= 1, got {n_trees!r}")
+def _features(name: str, X) -> np.ndarray:
+    """A finite (n, p) feature matrix with n >= 1 (NaN would reach scikit-learn's trees)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"{name} must be a 2-D (n, p) array with n, p >= 1, got shape {X.shape}")
+    if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
+        raise ValueError(f"{name} must hold real numbers, got dtype {X.dtype}")
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name} must be finite, got NaN or inf")
+    return X
 
 
-def _check_rho_sigma2(rho: float, sigma2: float, n_trees: int) -> None:
-    if not np.isfinite(sigma2) or sigma2 < 0:
-        raise ValueError(f"sigma2 is a variance and must be >= 0, got {sigma2!r}")
-    lowest = -1.0 / (n_trees - 1) if n_trees > 1 else -1.0
-    if not np.isfinite(rho) or rho > 1 or rho < lowest - 1e-12:
-        raise ValueError(f"rho must lie in [{lowest:.4g}, 1] for B = {n_trees} (B predictors cannot all be "
-                         f"more negatively correlated than -1/(B-1)), got {rho!r}")
+def _labels(y, n: int) -> np.ndarray:
+    """Targets y (n,), one per row of X."""
+    y = np.asarray(y)
+    if y.ndim != 1 or len(y) != n:
+        raise ValueError(f"y must be 1-D with one entry per row of X ({n}), got shape {y.shape}")
+    return y
 
 
 def average_variance(rho: float, sigma2: float, n_trees: int) -> float:
@@ -53,8 +61,8 @@ def average_variance(rho: float, sigma2: float, n_trees: int) -> float:
 
     Exact for any joint distribution whose average pairwise covariance is ``rho * sigma2``.
     """
-    _check_trees(n_trees)
-    _check_rho_sigma2(rho, sigma2, n_trees)
+    check_trees(n_trees)
+    check_rho_sigma2(rho, sigma2, n_trees)
     return rho * sigma2 + (1.0 - rho) * sigma2 / n_trees
 
 
@@ -67,12 +75,11 @@ def equicorrelated_draws(n_draws: int, n_trees: int, rho: float, sigma2: float =
     (the part of the error all trees have in common, e.g. from the training set) and each tree
     adds its own independent part (bootstrap and feature sampling).
     """
-    _check_trees(n_trees)
-    if not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
-        raise ValueError(f"n_draws must be an integer >= 2, got {n_draws!r}")
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"this construction needs 0 <= rho <= 1, got {rho!r}")
-    _check_rho_sigma2(rho, sigma2, n_trees)
+    check_trees(n_trees)
+    check_count("n_draws", n_draws, 2)
+    check_number("rho (this construction needs 0 <= rho <= 1)", rho, 0.0, 1.0)
+    check_rho_sigma2(rho, sigma2, n_trees)
+    check_count("seed", seed, 0)
     rng = np.random.default_rng(seed)
     shared = rng.standard_normal((n_draws, 1))  # (n_draws, 1): common to every tree of a draw
     own = rng.standard_normal((n_draws, n_trees))  # (n_draws, B): independent per tree
@@ -94,13 +101,10 @@ def default_max_features(p: int, task: str) -> int:
     scikit-learn's classifier uses ``max_features="sqrt"`` (the same number); its regressor
     defaults to ``1.0``, all p features, which makes it plain bagging unless you set it.
     """
-    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"p, the number of features, must be an integer >= 1, got {p!r}")
-    if task == "classification":
-        return max(1, math.isqrt(int(p)))
-    if task == "regression":
-        return max(1, int(p) // 3)
-    raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
+    p = check_count("p (the number of features)", p)
+    if check_choice("task", task, ("classification", "regression")) == "classification":
+        return max(1, math.isqrt(p))
+    return max(1, p // 3)
 
 
 def tree_predictions(forest, X) -> np.ndarray:
@@ -109,7 +113,7 @@ def tree_predictions(forest, X) -> np.ndarray:
 
     The forest's own prediction is the mean over the first axis.
     """
-    X = np.asarray(X)
+    X = _features("X", X)
     if not hasattr(forest, "estimators_"):
         raise ValueError("the forest is not fitted yet: call fit(X, y) first")
     if hasattr(forest, "predict_proba"):
@@ -142,7 +146,7 @@ class TreeCorrelation:
         At ``n_trees = B`` this equals ``average_variance(rho, sigma2, B)`` by construction (the
         same sums); at smaller sizes it is an independent check of the formula's 1/B shape.
         """
-        _check_trees(n_trees)
+        check_trees(n_trees)
         if n_trees > self.n_trees:
             raise ValueError(f"only {self.n_trees} trees were grown, asked for {n_trees}")
         sub = self.deviations[:, :n_trees].mean(axis=1)  # (n_fits, n_eval): forests of n_trees trees
@@ -174,12 +178,17 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
     """
     from sklearn.base import clone
 
-    X, y, X_eval = np.asarray(X), np.asarray(y), np.asarray(X_eval)
-    if not isinstance(n_fits, (int, np.integer)) or n_fits < 2:
-        raise ValueError(f"n_fits must be an integer >= 2 (a correlation over training sets needs several), got {n_fits!r}")
-    if len(X) != len(y):
-        raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
-    n_train = int(round(train_size * len(X))) if isinstance(train_size, float) else int(train_size)
+    X, X_eval = _features("X", X), _features("X_eval", X_eval)
+    y = _labels(y, len(X))
+    if X_eval.shape[1] != X.shape[1]:
+        raise ValueError(f"X_eval must have the {X.shape[1]} features of X, got {X_eval.shape[1]}")
+    check_count("n_fits (a correlation over training sets needs several)", n_fits, 2)
+    check_count("seed", seed, 0)
+    if isinstance(train_size, float):  # a fraction of the rows
+        check_number("train_size", train_size, 0.0, 1.0, low_open=True)
+        n_train = int(round(train_size * len(X)))
+    else:
+        n_train = check_count("train_size", train_size)
     if not 2 <= n_train <= len(X):
         raise ValueError(f"train_size must give between 2 and {len(X)} rows, got {train_size!r}")
     rng = np.random.default_rng(seed)
@@ -214,7 +223,8 @@ def oob_error_curve(forest, X, y) -> np.ndarray:
     scikit-learn's ``oob_score_``); regressors: mean squared error. The forest must have been
     fitted on exactly (X, y) with ``bootstrap=True``.
     """
-    X, y = np.asarray(X), np.asarray(y)
+    X = _features("X", X)
+    y = _labels(y, len(X))
     if not getattr(forest, "bootstrap", False):
         raise ValueError("out-of-bag error needs a forest fitted with bootstrap=True")
     if not hasattr(forest, "estimators_"):
@@ -251,12 +261,10 @@ def imbalanced_blobs(n: int, minority_fraction: float = 0.04, separation: float 
     right model and a forest has to approximate the line with axis-aligned steps from few
     minority points: the setting of the imbalance trap.
     """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
-    if not 0.0 < minority_fraction < 1.0:
-        raise ValueError(f"minority_fraction must be strictly between 0 and 1, got {minority_fraction!r}")
-    if separation < 0:
-        raise ValueError(f"separation must be >= 0, got {separation!r}")
+    check_count("n", n, 2)
+    check_number("minority_fraction", minority_fraction, 0.0, 1.0, low_open=True, high_open=True)
+    check_number("separation", separation, 0.0)
+    check_count("seed", seed, 0)
     rng = np.random.default_rng(seed)
     y = (rng.random(n) < minority_fraction).astype(int)  # (n,)
     X = rng.standard_normal((n, 2)) + y[:, None] * (separation / math.sqrt(2.0))  # (n, 2)
@@ -269,9 +277,12 @@ def plot_decision_regions(model, X, y, ax=None, title: str | None = None, resolu
     scatter the points on top (class 0 grey dots, class 1 dark crosses). Returns the axes."""
     import matplotlib.pyplot as plt
 
-    X, y = np.asarray(X), np.asarray(y)
-    if X.ndim != 2 or X.shape[1] != 2:
+    X = _features("X", X)
+    y = _labels(y, len(X))
+    if X.shape[1] != 2:
         raise ValueError(f"decision regions need 2-D inputs, X of shape (n, 2); got {X.shape}")
+    check_count("resolution", resolution, 2)
+    check_number("margin", margin, 0.0)
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 4))
     lo, hi = X.min(axis=0) - margin, X.max(axis=0) + margin

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ._checks import check_int, check_mask, check_positive
+from ._checks import check_bool, check_int, check_positions_list, check_positive
 
 __all__ = [
     "causal_mask",
@@ -32,7 +32,6 @@ __all__ = [
     "to_torch_mha_mask",
     "from_torch_mha_mask",
     "key_padding_to_mask",
-    "validate_mask",
 ]
 
 
@@ -46,11 +45,15 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     """(L_q, L_k) lower-triangular mask: query ``i`` sees keys ``j <= i``.
 
     When ``L_k > L_q`` (a query block appended to a cached prefix) the diagonal is aligned to the
-    end, so the last query sees every key, as in ``is_causal`` decoding with a KV cache.
+    end, so the last query sees every key, as in ``is_causal`` decoding with a KV cache. Fewer
+    keys than queries is refused: the first queries would see no key at all (the keys must
+    include the queries' own; ``GroupedQueryAttention`` refuses it the same way).
     """
     L_k = L_q if L_k is None else L_k
     check_positive("L_q", L_q)
     check_positive("L_k", L_k)
+    if L_k < L_q:
+        raise ValueError(f"L_k must be >= L_q (the keys include the queries' own), got L_q={L_q}, L_k={L_k}")
     i, j = _positions(L_q, L_k, device)
     return j <= i + (L_k - L_q)  # (L_q, L_k)
 
@@ -75,12 +78,19 @@ def padding_mask(lengths: Sequence[int] | torch.Tensor, max_len: int | None = No
 
     The two singleton axes broadcast over heads and queries, so every query ignores the pads.
     """
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (torch.Tensor, list, tuple, range)):
+        raise TypeError(f"lengths must be a list or 1-D tensor of integers, got {type(lengths).__name__}")
     lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D (one length per sequence), got shape {tuple(lengths.shape)}")
+    if lengths.dim() != 1 or lengths.numel() == 0:
+        raise ValueError(f"lengths must be 1-D (one length per sequence, at least one), got shape {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be integers, got dtype {lengths.dtype}")
     if (lengths < 0).any():
-        raise ValueError("lengths must be non-negative")
-    max_len = int(lengths.max()) if max_len is None else max_len
+        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
+    if max_len is None:
+        max_len = int(lengths.max())
+    else:
+        check_int("max_len", max_len, 0)
     if (lengths > max_len).any():
         raise ValueError(f"a length exceeds max_len={max_len}: {lengths.tolist()}")
     j = torch.arange(max_len, device=lengths.device)  # (L,)
@@ -94,8 +104,8 @@ def sliding_window_mask(L: int, window: int, causal: bool = False, device=None) 
     With ``causal=True`` only the past half of the band is kept: ``i - window // 2 <= j <= i``.
     """
     check_positive("L", L)
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_positive("window", window)
+    check_bool("causal", causal)
     return _band(L, window // 2, 0 if causal else window // 2, device)
 
 
@@ -112,8 +122,8 @@ def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> to
     ``dilation=1`` is full attention. With ``causal=True`` also ``j <= i``.
     """
     check_positive("L", L)
-    if not isinstance(dilation, int) or dilation < 1:
-        raise ValueError(f"dilation must be an integer >= 1, got {dilation!r}")
+    check_positive("dilation", dilation)
+    check_bool("causal", causal)
     return _same_residue(L, dilation, causal, device)
 
 
@@ -134,10 +144,8 @@ def global_tokens_mask(L: int, global_positions: Iterable[int], device=None) -> 
     """
     check_positive("L", L)
     g = torch.zeros(L, dtype=torch.bool, device=device)
-    idx = torch.as_tensor(list(global_positions), dtype=torch.long, device=device)
-    if idx.numel() and (idx.min() < 0 or idx.max() >= L):
-        raise ValueError(f"global positions must lie in [0, {L}), got {idx.tolist()}")
-    g[idx] = True
+    g[torch.as_tensor(check_positions_list("global_positions", global_positions, L), dtype=torch.long,
+                      device=device)] = True
     return g.unsqueeze(1) | g.unsqueeze(0)  # row i global OR column j global
 
 
@@ -146,18 +154,27 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
     A key is visible only if every mask allows it: e.g. ``combine_masks(causal, padding)``.
     """
+    for m in masks:
+        if m is not None and not isinstance(m, torch.Tensor):
+            raise TypeError(f"masks must be boolean tensors or None, got {type(m).__name__}")
+        if m is not None and m.dtype != torch.bool:
+            raise ValueError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
+    shapes = [tuple(m.shape) for m in masks if m is not None]
+    try:
+        torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
     result = None
     for m in masks:
-        if m is None:
-            continue
-        if m.dtype != torch.bool:
-            raise ValueError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
-        result = m if result is None else result & m
+        if m is not None:
+            result = m if result is None else result & m
     return result
 
 
 def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
     """Our convention (True = may attend) -> ``nn.MultiheadAttention``'s (True = blocked)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise ValueError(f"expected a boolean mask, got dtype {mask.dtype}")
     return ~mask
@@ -166,8 +183,13 @@ def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 def from_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
     """``nn.MultiheadAttention``'s boolean (True = blocked) or additive float mask -> ours.
 
-    A float mask is additive: 0 keeps a key, ``-inf`` blocks it.
+    A float mask is additive: 0 keeps a key, ``-inf`` blocks it. A NaN entry is refused (it is
+    neither, and would silently become "blocked").
     """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.is_floating_point() and torch.isnan(mask).any():
+        raise ValueError("mask holds NaN: an additive mask is 0 (keep) or -inf (block)")
     if mask.dtype == torch.bool:
         return ~mask
     if mask.is_floating_point():
@@ -177,17 +199,11 @@ def from_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def key_padding_to_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """torch's ``key_padding_mask`` (B, L_k), True = pad, -> our (B, 1, 1, L_k), True = real."""
+    if not isinstance(key_padding_mask, torch.Tensor):
+        raise TypeError(f"key_padding_mask must be a torch.Tensor (B, L_k), got {type(key_padding_mask).__name__}")
     if key_padding_mask.dim() != 2:
         raise ValueError(f"key_padding_mask must be (B, L_k), got shape {tuple(key_padding_mask.shape)}")
     return from_torch_mha_mask(key_padding_mask)[:, None, None, :]  # (B, 1, 1, L_k)
-
-
-def validate_mask(mask: torch.Tensor | None, B: int, H: int, L_q: int, L_k: int) -> torch.Tensor | None:
-    """Check that ``mask`` is boolean and broadcastable to (B, H, L_q, L_k); return it as 4-D."""
-    if mask is None:
-        return None
-    check_mask(mask, (B, H, L_q, L_k))
-    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
 # -- sparse-attention patterns (chapter 8): dilated windows, Longformer, BigBird -------------------
@@ -203,6 +219,7 @@ def dilated_window_mask(L: int, window: int, dilation: int, causal: bool = False
     """
     for name, value in (("L", L), ("window", window), ("dilation", dilation)):
         check_positive(name, value)
+    check_bool("causal", causal)
     i, j = _positions(L, L, device)
     mask = ((j - i) % dilation == 0) & ((j - i).abs() <= (window // 2) * dilation)
     return mask & (j <= i) if causal else mask
@@ -215,7 +232,8 @@ def longformer_mask(L: int, window: int, global_positions: Iterable[int], causal
     With ``causal=True`` everything is also restricted to ``j <= i`` (a global token then sees
     the whole past and is seen by the whole future).
     """
-    mask = sliding_window_mask(L, window, device=device) | global_tokens_mask(L, list(global_positions), device=device)
+    check_bool("causal", causal)
+    mask = sliding_window_mask(L, window, device=device) | global_tokens_mask(L, global_positions, device=device)
     if causal:
         i, j = _positions(L, L, device)
         mask = mask & (j <= i)
@@ -235,6 +253,7 @@ def bigbird_block_layout(num_blocks: int, window_blocks: int = 3, global_blocks:
     check_positive("window_blocks", window_blocks)
     check_int("global_blocks", global_blocks, 0)
     check_int("random_blocks", random_blocks, 0)
+    check_int("seed", seed, 0)
     if global_blocks > num_blocks:
         raise ValueError(f"global_blocks={global_blocks} exceeds num_blocks={num_blocks}")
     r = torch.arange(num_blocks)

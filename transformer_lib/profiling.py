@@ -72,8 +72,13 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
 
     ``statistic``: ``"min"`` (default; the least disturbed run) or ``"median"`` (the typical run).
     """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"need repeats >= 1 and warmup >= 0 (integers), got {name}={value!r}")
+    if not isinstance(cpu_time, bool):
+        raise TypeError(f"cpu_time must be True or False, got {cpu_time!r}")
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}")
     if cpu_time and device is not None and torch.device(device).type != "cpu":
@@ -167,6 +172,8 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
     Python's ``tracemalloc`` would not see torch's buffers at all. Returns None where neither is
     available. Resolution: a few hundred KiB.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -4,7 +4,7 @@ Token conventions shared by the sequence-to-sequence tasks: ``PAD = 0``, ``BOS =
 ``EOS = 2``; content tokens are ``FIRST_TOKEN .. vocab_size - 1``. Every function takes a
 ``torch.Generator`` so batches are reproducible.
 
-* copy, reversal, sorting (chapters 4, 12), recall-first (chapter 9);
+* reversal (chapters 4, 12), recall-first (chapter 9);
 * running sums and prompts for a decoder-only model (chapter 13);
 * the three lookups of the multi-head chapter (3): at every position report the previous token,
   the first token and the running maximum. Each answer sits at a different key (one position
@@ -18,43 +18,42 @@ import torch
 
 from ._checks import check_int, check_positive, check_tokens
 
-__all__ = ["PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "sorting_batch",
-           "copy_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
+__all__ = ["PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
            "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_TOKEN = 3
 
 
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
 def random_tokens(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None):
     """(B, L) content tokens drawn uniformly from FIRST_TOKEN .. vocab_size - 1."""
-    if vocab_size <= FIRST_TOKEN:
-        raise ValueError(f"vocab_size must exceed {FIRST_TOKEN} (PAD, BOS, EOS are reserved)")
+    check_positive("batch_size", batch_size)
+    check_positive("length", length)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= FIRST_TOKEN:
+        raise ValueError(f"vocab_size must be an integer > {FIRST_TOKEN} (PAD, BOS, EOS are reserved), got {vocab_size!r}")
+    _check_generator(generator)
     return torch.randint(FIRST_TOKEN, vocab_size, (batch_size, length), generator=generator)
 
 
 def shift_right(target: torch.Tensor, bos: int = BOS) -> torch.Tensor:
     """Decoder input for teacher forcing: BOS followed by the target minus its last token."""
+    check_tokens(target, "target")
+    if target.is_floating_point() or target.dtype == torch.bool:
+        raise ValueError(f"target must hold integer token ids, got dtype {target.dtype}")
+    check_int("bos", bos, 0)
     start = torch.full_like(target[:, :1], bos)
     return torch.cat([start, target[:, :-1]], dim=1)  # (B, L)
-
-
-def copy_batch(batch_size: int, length: int, vocab_size: int, generator=None):
-    """(src, target) with target == src."""
-    src = random_tokens(batch_size, length, vocab_size, generator)
-    return src, src.clone()
 
 
 def reversal_batch(batch_size: int, length: int, vocab_size: int, generator=None):
     """(src, target) with target = src reversed: the learned cross-attention is an anti-diagonal."""
     src = random_tokens(batch_size, length, vocab_size, generator)
     return src, src.flip(1)
-
-
-def sorting_batch(batch_size: int, length: int, vocab_size: int, generator=None):
-    """(src, target) with target = src sorted ascending."""
-    src = random_tokens(batch_size, length, vocab_size, generator)
-    return src, src.sort(dim=1).values
 
 
 def recall_first_batch(batch_size: int, length: int, vocab_size: int, num_classes: int | None = None,
@@ -64,8 +63,9 @@ def recall_first_batch(batch_size: int, length: int, vocab_size: int, num_classe
     The signal sits ``length - 1`` steps before the end, so a recurrent model must carry it
     through every step, while attention can read it directly.
     """
-    num_classes = num_classes or (vocab_size - FIRST_TOKEN)
-    tokens = random_tokens(batch_size, length, vocab_size, generator)
+    tokens = random_tokens(batch_size, length, vocab_size, generator)  # checks the sizes
+    num_classes = vocab_size - FIRST_TOKEN if num_classes is None else num_classes
+    check_int("num_classes", num_classes, 1, vocab_size - FIRST_TOKEN)
     label = torch.randint(0, num_classes, (batch_size,), generator=generator)
     tokens[:, 0] = FIRST_TOKEN + label
     return tokens, label
@@ -83,6 +83,7 @@ def running_sum_batch(batch_size: int, length: int, generator: torch.Generator |
     check_positive("batch_size", batch_size)
     check_positive("length", length)
     check_int("base", base, 2)
+    _check_generator(generator)
     digits = torch.randint(0, base, (batch_size, length), generator=generator)  # (B, L)
     sums = digits.cumsum(dim=1) % base  # (B, L)
     return digits + FIRST_TOKEN, sums + FIRST_TOKEN
@@ -95,7 +96,12 @@ def prompt_batch(src: torch.Tensor, target: torch.Tensor, sep: int = EOS) -> tor
     prompt (the source and a separator) followed by the answer; the model is trained to predict
     the answer tokens and, at test time, continues the prompt.
     """
-    if src.dim() != 2 or target.dim() != 2 or src.shape[0] != target.shape[0]:
+    check_tokens(src, "src")
+    check_tokens(target, "target")
+    check_int("sep", sep, 0)
+    if src.dtype != target.dtype or src.is_floating_point():
+        raise ValueError(f"src and target must hold integer token ids of one dtype, got {src.dtype} and {target.dtype}")
+    if src.shape[0] != target.shape[0]:
         raise ValueError(f"src and target must be (B, L) with the same B, got {tuple(src.shape)} "
                          f"and {tuple(target.shape)}")
     separator = torch.full_like(src[:, :1], sep)  # (B, 1)
@@ -116,6 +122,7 @@ def three_lookups_batch(batch_size: int, length: int, vocab_size: int,
     check_positive("batch_size", batch_size)
     check_int("length", length, 2)
     check_int("vocab_size", vocab_size, 2)
+    _check_generator(generator)
     tokens = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, L)
     none = torch.full((batch_size, 1), vocab_size)  # (B, 1) "no previous token"
     targets = {

@@ -24,7 +24,9 @@ on-chip memory. Chapter 11 ("Exact attention in linear memory") teaches every fu
 
 Conventions as everywhere in the library: q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v);
 masks boolean with ``True = may attend``, broadcastable to (..., L_q, L_k); a query row with no
-visible key gives a zero output (and an lse of ``-inf``), never NaN. ``causal=True`` is the
+visible key gives a zero output (and an lse of ``-inf``), never NaN. A NaN in the input gives NaN
+in the rows it reaches, exactly as in the readable attention: "no visible key" is decided by the
+running max staying ``-inf``, not by ``l > 0`` (which is also False for NaN). ``causal=True`` is the
 library's :func:`transformer_lib.masks.causal_mask`: query ``i`` sees keys
 ``j <= i + (L_k - L_q)`` (the diagonal aligned to the end, as with a KV cache).
 """
@@ -34,7 +36,7 @@ import math
 
 import torch
 
-from ._checks import check_mask, check_positive, check_qkv
+from ._checks import check_bool, check_count, check_floating, check_mask, check_positive, check_qkv
 
 __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_partial_attention",
            "tile_schedule", "count_tiles"]
@@ -43,6 +45,17 @@ __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_pa
 def _check_block(name: str, value) -> int:
     check_positive(name, value)
     return value
+
+
+def _check_lengths(L_q, L_k, causal) -> None:
+    """Sequence lengths >= 1; with ``causal`` at least as many keys as queries (as
+    :func:`transformer_lib.masks.causal_mask`: otherwise the first queries would see no key)."""
+    check_count("L_q", L_q)
+    check_count("L_k", L_k)
+    check_bool("causal", causal)
+    if causal and L_k < L_q:
+        raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "
+                         f"got L_q={L_q}, L_k={L_k}")
 
 
 def _safe_shift(m: torch.Tensor) -> torch.Tensor:
@@ -66,6 +79,11 @@ def online_softmax_step(running_max: torch.Tensor, running_sum: torch.Tensor,
     Returns ``(m_new, l_new)`` with ``l_new = exp(m - m_new) * l + sum exp(scores - m_new)``.
     Every exponent is ``<= 0``, so nothing overflows, whatever the scores' size.
     """
+    for name, t in (("running_max", running_max), ("running_sum", running_sum), ("scores", scores)):
+        check_floating(name, t)
+    if scores.dim() < 1 or running_max.shape != scores.shape[:-1] or running_sum.shape != running_max.shape:
+        raise ValueError(f"running_max and running_sum must be (...,) and scores (..., block), got "
+                         f"{tuple(running_max.shape)}, {tuple(running_sum.shape)}, {tuple(scores.shape)}")
     m_new = torch.maximum(running_max, scores.amax(dim=-1))  # (...,)
     shift = _safe_shift(m_new)
     rescale = torch.exp(running_max - shift)  # exp(m - m_new) <= 1; 0 while nothing was visible
@@ -82,14 +100,16 @@ def online_softmax(scores: torch.Tensor, block: int = 64) -> torch.Tensor:
     at once, which is what :func:`tiled_attention` exploits.
     """
     _check_block("block", block)
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point() or scores.dim() < 1:
-        raise ValueError("scores must be a floating-point tensor with at least one dimension")
+    check_floating("scores", scores)
+    if scores.dim() < 1 or scores.shape[-1] < 1:
+        raise ValueError(f"scores must have at least one dimension of size >= 1, got shape {tuple(scores.shape)}")
     m = torch.full(scores.shape[:-1], float("-inf"), dtype=scores.dtype, device=scores.device)
     l = torch.zeros_like(m)
     for start in range(0, scores.shape[-1], block):
         m, l = online_softmax_step(m, l, scores[..., start:start + block])
     weights = torch.exp(scores - _safe_shift(m).unsqueeze(-1))  # (..., n); 0 where masked
-    return weights / torch.where(l > 0, l, torch.ones_like(l)).unsqueeze(-1)
+    nothing = torch.isneginf(m)  # a fully masked row (a NaN row keeps its NaN)
+    return weights / torch.where(nothing, torch.ones_like(l), l).unsqueeze(-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,6 +124,7 @@ def tile_schedule(L_q: int, L_k: int, block_q: int = 64, block_k: int = 64,
     that the query block's last row may see (``k_start > q_end - 1 + L_k - L_q``): the causal mask
     hides the whole tile, so it would contribute exactly nothing.
     """
+    _check_lengths(L_q, L_k, causal)
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
     return [(q_start, min(q_start + block_q, L_q), k_start, k_end)
@@ -123,8 +144,8 @@ def _key_blocks(q_start: int, q_end: int, L_q: int, L_k: int, block_k: int, caus
 def count_tiles(L_q: int, L_k: int, block_q: int = 64, block_k: int = 64,
                 causal: bool = False) -> tuple[int, int]:
     """``(computed, total)``: tiles that :func:`tiled_attention` computes, and all tiles of the grid."""
-    total = math.ceil(L_q / _check_block("block_q", block_q)) * math.ceil(L_k / _check_block("block_k", block_k))
-    return len(tile_schedule(L_q, L_k, block_q, block_k, causal)), total
+    computed = len(tile_schedule(L_q, L_k, block_q, block_k, causal))  # checks every argument
+    return computed, math.ceil(L_q / block_q) * math.ceil(L_k / block_k)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,16 +182,18 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     and recomputes each tile from the saved lse (see ``_TiledAttention``).
     """
     for name, value in (("causal", causal), ("return_lse", return_lse)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+        check_bool(name, value)
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point torch.Tensor")
+    scores_shape = check_qkv(q, k, v)  # scores (..., L_q, L_k), batch dims broadcast; floating q, k, v
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    check_mask(mask, check_qkv(q, k, v))  # scores (..., L_q, L_k), batch dims broadcast
+    if min(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) < 1:
+        raise ValueError(f"q, k, v need L >= 1 and d >= 1, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if causal and k.shape[-2] < q.shape[-2]:
+        raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "
+                         f"got L_q={q.shape[-2]}, L_k={k.shape[-2]}")
+    check_mask(mask, scores_shape)
     if mask is not None:
         mask = mask.to(q.device).reshape((1,) * max(0, 2 - mask.dim()) + tuple(mask.shape))  # at least (1, L_k)
     out, lse = _TiledAttention.apply(q, k, v, mask, causal, block_q, block_k)
@@ -211,11 +234,14 @@ def _forward(q, k, v, mask, causal, block_q, block_k):
         m = torch.full((*batch, q_end - q_start, 1), float("-inf"), dtype=q.dtype, device=q.device)  # running max
         l = torch.zeros_like(m)  # (..., bq, 1) running sum of exp(s - m)
         acc = torch.zeros(*batch, q_end - q_start, d_v, dtype=q.dtype, device=q.device)  # unnormalized output
+        has_key = None if mask is None else torch.zeros_like(m, dtype=torch.bool)  # (..., bq, 1) some key visible
         for k_start, k_end in _key_blocks(q_start, q_end, L_q, L_k, block_k, causal):  # see tile_schedule
             s = q_blk @ k[..., k_start:k_end, :].transpose(-2, -1)  # (..., bq, d_k) @ (..., d_k, bk) -> (..., bq, bk)
             visible = _tile_visible(mask, causal, q_start, q_end, k_start, k_end, L_q, L_k, q.device)
             if visible is not None:
                 s.masked_fill_(~visible, float("-inf"))  # in place: s is this tile's own buffer
+            if has_key is not None:
+                has_key |= visible.any(dim=-1, keepdim=True) if visible is not None else True
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., bq, 1)
             shift = _safe_shift(m_new)
             p = s.sub_(shift).exp_()  # (..., bq, bk) = exp(s - m_new), exactly 0 where masked; reuses s
@@ -223,9 +249,15 @@ def _forward(q, k, v, mask, causal, block_q, block_k):
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))  # l = rescale * l + row sums
             acc.mul_(rescale).add_(p @ v[..., k_start:k_end, :])  # (..., bq, bk) @ (..., bk, d_v) -> (..., bq, d_v)
             m = m_new
-        seen = l > 0  # (..., bq, 1) False for a row that saw no key
+        seen = ~torch.isneginf(m)  # (..., bq, 1) False for a row whose visible scores were all -inf
         l_safe = torch.where(seen, l, torch.ones_like(l))
-        out[..., q_start:q_end, :] = torch.where(seen, acc / l_safe, 0.0)
+        # no visible key: zeros. Keys visible but every score -inf (an inf in q or k): NaN, as the
+        # readable softmax gives. A NaN score makes m NaN, so "seen" and the output NaN.
+        if has_key is None:  # no mask: with causal and L_k >= L_q every row sees at least one key
+            empty = torch.full((), float("nan"), dtype=q.dtype, device=q.device)
+        else:
+            empty = torch.where(has_key, float("nan"), 0.0)  # (..., bq, 1)
+        out[..., q_start:q_end, :] = torch.where(seen, acc / l_safe, empty)
         lse[..., q_start:q_end] = torch.where(seen, _safe_shift(m) + torch.log(l_safe), float("-inf")).squeeze(-1)
     return out, lse
 
@@ -292,6 +324,8 @@ def merge_partial_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: tor
     and of ring attention across devices. Shapes: outputs (..., L_q, d_v), lse (..., L_q). A part
     that saw no key has ``lse = -inf`` and weight 0.
     """
+    for name, t in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        check_floating(name, t)
     if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
         raise ValueError(f"expected two outputs (..., L_q, d_v) and two lse (..., L_q) of equal shapes, got "
                          f"{tuple(out_a.shape)}, {tuple(lse_a.shape)}, {tuple(out_b.shape)}, {tuple(lse_b.shape)}")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..attention import attention_fast
 from ..masks import _same_residue
-from ._checks import check_attention_call, check_kernel
+from .._checks import check_choice, check_sparse_call
 
 __all__ = ["dilated_attention", "DILATED_KERNELS"]
 
@@ -29,8 +29,8 @@ def dilated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilatio
     real token. Returns (B, H, L, d_v), equal to dense attention with
     ``dilated_mask(L, dilation, causal)``.
     """
-    B, H, L, key_mask = check_attention_call(q, k, v, key_mask, dilation=dilation)
-    check_kernel(kernel, DILATED_KERNELS)
+    B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, causal, scale, dilation=dilation)
+    check_choice("kernel", kernel, DILATED_KERNELS)
     d = dilation
     if kernel == "dense":
         mask = _same_residue(L, d, causal, q.device)  # (L, L): quadratic memory

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from ._checks import positive_int
+from .._checks import check_bool, check_count
 from .patterns import FLEX_CPU_BLOCK_SIZE, FLEX_GPU_BLOCK_SIZE, _window_block_layout
 
 __all__ = ["window_block_mask", "flex_available"]
@@ -68,11 +68,12 @@ def window_block_mask(L: int, window: int, causal: bool = False, key_mask: torch
     on a CPU and 128 elsewhere.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
+    check_bool("causal", causal)
     if key_mask is not None and (not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool
                                  or key_mask.dim() != 2 or key_mask.shape[1] != L):
         raise ValueError(f"key_mask must be a boolean (B, {L}) tensor with True = real token")
-    return _window_block_mask(positive_int("L", L), positive_int("window", window) // 2, causal, key_mask, device,
-                              _flex_block_size(device) if block_size is None else positive_int("block_size", block_size))
+    return _window_block_mask(check_count("L", L), check_count("window", window) // 2, causal, key_mask, device,
+                              _flex_block_size(device) if block_size is None else check_count("block_size", block_size))
 
 
 def _window_block_mask(L: int, half: int, causal: bool, key_mask, device, block_size: int):

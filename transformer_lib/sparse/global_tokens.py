@@ -12,7 +12,7 @@ import torch
 
 from ..attention import attention_fast
 from ..masks import layout_to_mask, longformer_mask
-from ._checks import check_attention_call, check_kernel
+from .._checks import check_choice, check_positions_list, check_sparse_call
 from .patterns import DEFAULT_BLOCK_SIZE
 from .window import window_attention
 
@@ -30,11 +30,9 @@ def longformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wind
     key counts twice), and the g global *queries* attend densely to all n keys, overwriting
     their rows. ``kernel="dense"`` is the masked reference.
     """
-    B, H, L, key_mask = check_attention_call(q, k, v, key_mask, window=window, block_size=block_size)
-    check_kernel(kernel, ("auto", "blocked", "dense"))
-    g = torch.as_tensor(sorted(set(int(p) for p in global_positions)), dtype=torch.long)
-    if g.numel() and (g.min() < 0 or g.max() >= L):
-        raise ValueError(f"global positions must lie in [0, {L}), got {g.tolist()}")
+    B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, causal, scale, window=window, block_size=block_size)
+    check_choice("kernel", kernel, ("auto", "blocked", "dense"))
+    g = torch.as_tensor(check_positions_list("global_positions", global_positions, L), dtype=torch.long)
     if kernel == "dense":
         mask = longformer_mask(L, window, g.tolist(), causal, device=q.device)  # (L, L)
         if key_mask is not None:
@@ -83,8 +81,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la
     lists and runs one SDPA call on them, so the cost is (number of True blocks) x block_size^2.
     ``kernel="dense"`` is the reference with ``layout_to_mask``.
     """
-    B, H, L, key_mask = check_attention_call(q, k, v, key_mask, block_size=block_size)
-    check_kernel(kernel, ("auto", "blocked", "dense"))
+    B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, False, scale, block_size=block_size)
+    check_choice("kernel", kernel, ("auto", "blocked", "dense"))
     nb = -(-L // block_size)
     if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool or tuple(layout.shape) != (nb, nb):
         got = (layout.dtype, tuple(layout.shape)) if isinstance(layout, torch.Tensor) else type(layout).__name__

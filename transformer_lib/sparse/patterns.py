@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from ..masks import dilated_window_mask
-from ._checks import positive_int
+from .._checks import check_bool, check_count
 
 __all__ = ["band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
            "window_block_layout", "receptive_field", "gridding_holes",
@@ -32,7 +32,8 @@ def band_score_count(n: int, window: int, causal: bool = False) -> int:
     Offset 0 gives n pairs, each offset t = 1..h gives n - t pairs per side, so the count is
     ``n + 2 * sum_t (n - t) = n (2h + 1) - h (h + 1)`` for h < n: about n * w, minus the corners.
     """
-    return _band_count(positive_int("n", n), positive_int("window", window) // 2, causal)
+    check_bool("causal", causal)
+    return _band_count(check_count("n", n), check_count("window", window) // 2, causal)
 
 
 def _band_count(n: int, half: int, causal: bool) -> int:
@@ -47,8 +48,9 @@ def dilated_score_count(n: int, dilation: int, causal: bool = False) -> int:
     Residue class r holds ``len_r`` positions (ceil or floor of n / d) and is a dense block of
     len_r^2 pairs: about n^2 / d in total, n / d per query row.
     """
-    positive_int("n", n)
-    d = positive_int("dilation", dilation)
+    check_count("n", n)
+    check_bool("causal", causal)
+    d = check_count("dilation", dilation)
     lengths = [len(range(r, n, d)) for r in range(min(d, n))]
     return sum(m * (m + 1) // 2 if causal else m * m for m in lengths)
 
@@ -62,9 +64,10 @@ def blocked_score_count(n: int, window: int, causal: bool = False, block_size: i
     call per end, against every key any of them can see. A sequence too short for interior
     blocks goes block by block, each block against its tile clipped to the sequence.
     """
-    positive_int("n", n)
-    h = positive_int("window", window) // 2
-    b = positive_int("block_size", block_size)
+    check_count("n", n)
+    check_bool("causal", causal)
+    h = check_count("window", window) // 2
+    b = check_count("block_size", block_size)
     right = 0 if causal else h
 
     def keys(s: int, e: int) -> int:  # keys the queries [s, e) can see: [s - h, e + right) clipped
@@ -80,9 +83,10 @@ def blocked_score_count(n: int, window: int, causal: bool = False, block_size: i
 def fused_score_count(n: int, window: int, causal: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
     """Scores the ``"fused"`` kernel computes per head: every block of b queries (the last one
     possibly shorter) against its tile clipped to the sequence, ``[s - h, s + b + right)``."""
-    positive_int("n", n)
-    h = positive_int("window", window) // 2
-    b = positive_int("block_size", block_size)
+    check_count("n", n)
+    check_bool("causal", causal)
+    h = check_count("window", window) // 2
+    b = check_count("block_size", block_size)
     right = 0 if causal else h
     return sum((min(n, s + b) - s) * (min(n, s + b + right) - max(0, s - h)) for s in range(0, n, b))
 
@@ -90,9 +94,10 @@ def fused_score_count(n: int, window: int, causal: bool = False, block_size: int
 def flex_score_count(n: int, window: int, causal: bool = False, block_size: int = FLEX_CPU_BLOCK_SIZE) -> int:
     """Scores flex_attention computes: every b x b tile that holds at least one band pair
     (b = 64, the library's choice on a CPU; pass 128 for a GPU)."""
-    positive_int("n", n)
-    any_blocks, _ = _window_block_layout(n, positive_int("window", window) // 2, causal,
-                                         positive_int("block_size", block_size))
+    check_count("n", n)
+    check_bool("causal", causal)
+    any_blocks, _ = _window_block_layout(n, check_count("window", window) // 2, causal,
+                                         check_count("block_size", block_size))
     rows = torch.full((any_blocks.shape[0],), block_size)
     rows[-1] = n - block_size * (any_blocks.shape[0] - 1)  # the last block may be short
     return int((any_blocks.long() * rows[:, None] * rows[None, :]).sum())
@@ -107,8 +112,9 @@ def window_block_layout(L: int, window: int, causal: bool = False,
     is in the band: no mask is needed there). Chapter 8 draws them; flex_attention's block mask
     (:func:`~transformer_lib.sparse.window_block_mask`) is built from them.
     """
-    return _window_block_layout(positive_int("L", L), positive_int("window", window) // 2, causal,
-                                positive_int("block_size", block_size))
+    check_bool("causal", causal)
+    return _window_block_layout(check_count("L", L), check_count("window", window) // 2, causal,
+                                check_count("block_size", block_size))
 
 
 def _window_block_layout(L: int, half: int, causal: bool, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,6 +153,8 @@ def receptive_field(masks: Sequence[torch.Tensor]) -> torch.Tensor:
     with ``mask_l[i, j]``, so the reach composes as a boolean matrix product:
     ``reach = mask_L @ ... @ mask_2 @ mask_1`` (an entry is True when some path connects them).
     """
+    if isinstance(masks, torch.Tensor) or not isinstance(masks, (list, tuple)):
+        raise TypeError(f"masks must be a list of (L, L) boolean masks, first layer first, got {type(masks).__name__}")
     if not masks:
         raise ValueError("receptive_field needs at least one mask")
     for m in masks:
@@ -174,6 +182,8 @@ def gridding_holes(L: int, dilations: Sequence[int], window: int) -> int:
     and the rightmost one it reaches that it does *not* reach. 0 for rates 1, 2, 4, 8; 8 for a
     rate 2 repeated four times (every odd offset is missing).
     """
+    if isinstance(dilations, (str, bytes)) or not isinstance(dilations, (list, tuple)):
+        raise TypeError(f"dilations must be a list of integers >= 1, got {type(dilations).__name__}")
     if not dilations:
         raise ValueError("gridding_holes needs at least one dilation")
     reach = _compose([dilated_window_mask(L, window, d) for d in dilations])[L // 2]  # (L,)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._checks import check_attention_call
+from .._checks import check_sparse_call
 from .patterns import DEFAULT_BLOCK_SIZE
 
 __all__ = ["sliding_window_reference"]
@@ -31,7 +31,8 @@ def sliding_window_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     True = real token (a query that sees no real key gets a zero output). Returns (B, H, L, d_v),
     equal to dense attention with ``sliding_window_mask(L, window, causal)``.
     """
-    B, H, L, key_mask = check_attention_call(q, k, v, key_mask, window=window, block_size=block_size)
+    B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, causal, scale, window=window,
+                                          block_size=block_size)
     half = window // 2
     right = 0 if causal else half
     out = q.new_zeros(B, H, L, v.shape[-1])  # (B, H, L, d_v)

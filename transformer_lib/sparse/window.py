@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ..attention import attention_fast
 from ..masks import _band
-from ._checks import check_attention_call, check_kernel
+from .._checks import check_choice, check_sparse_call
 from .blocked import blocked_window
 from .flex import flex_window
 from .fused import fused_window
@@ -52,8 +52,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     Returns:
         (B, H, L, d_v), equal to dense attention with ``sliding_window_mask(L, window, causal)``.
     """
-    B, H, L, key_mask = check_attention_call(q, k, v, key_mask, window=window, block_size=block_size)
-    check_kernel(kernel, WINDOW_KERNELS)
+    B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, causal, scale, window=window, block_size=block_size)
+    check_choice("kernel", kernel, WINDOW_KERNELS)
     return window_attention(q, k, v, window // 2, causal, key_mask, kernel, block_size, scale)
 
 

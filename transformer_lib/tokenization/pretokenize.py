@@ -34,6 +34,7 @@ def to_utf8(text: str, what: str = "text") -> bytes:
 
 def split_chunks(text: str) -> list[str]:
     """Cut ``text`` into pre-tokenizer chunks; ``"".join(split_chunks(t)) == t`` always."""
+    check_text(text)
     return _SPLIT.findall(text)
 
 
@@ -63,9 +64,16 @@ for _rank, (_byte, _char) in enumerate(sorted(_B2U.items(), key=lambda item: ite
 
 def visible(token: bytes) -> str:
     """A token's bytes as printable GPT-2 characters (space -> Ġ, newline -> Ċ)."""
+    if not isinstance(token, (bytes, bytearray)):
+        raise TypeError(f"token must be bytes, got {type(token).__name__}")
     return "".join(_B2U[b] for b in token)
 
 
 def unicode_to_bytes(chars: str) -> bytes:
     """Inverse of :func:`visible`."""
+    if not isinstance(chars, str):
+        raise TypeError(f"chars must be a str of GPT-2 byte characters, got {type(chars).__name__}")
+    unknown = sorted({c for c in chars if c not in _U2B})
+    if unknown:
+        raise ValueError(f"chars holds characters that stand for no byte: {unknown[:5]!r}")
     return bytes(_U2B[c] for c in chars)

@@ -19,6 +19,7 @@ from collections import Counter
 
 import regex
 
+from .._checks import check_bool, check_str_list
 from .bpe import merge_pair, train_bpe, train_bpe_fast
 from .pretokenize import split_chunks, to_utf8, unicode_to_bytes, visible
 
@@ -27,10 +28,12 @@ __all__ = ["BPETokenizer"]
 
 def _as_id(i) -> int:
     """An int, a numpy integer or a one-element integer tensor as an int; anything else is refused."""
+    if isinstance(i, bool):
+        raise ValueError(f"ids must hold integer token ids, got {i!r}")
     try:
         return operator.index(i)
     except TypeError:
-        raise ValueError(f"token ids must be integers, got {i!r}") from None
+        raise ValueError(f"ids must hold integer token ids, got {i!r}") from None
 
 
 class BPETokenizer:
@@ -41,14 +44,19 @@ class BPETokenizer:
     """
 
     def __init__(self, merges=(), special_tokens=()):
+        special_tokens = check_str_list("special_tokens", special_tokens)
+        if isinstance(merges, (str, bytes, dict)) or not isinstance(merges, (list, tuple)):
+            raise TypeError(f"merges must be a list of (bytes, bytes) pairs, got {type(merges).__name__}")
+        for merge in merges:
+            if not (isinstance(merge, (tuple, list)) and len(merge) == 2
+                    and all(isinstance(half, bytes) for half in merge)):
+                raise ValueError(f"each merge must be a pair of bytes objects, e.g. (b'h', b'e'), got {merge!r}")
         self.vocab: list[bytes] = [bytes([b]) for b in range(256)]  # id -> bytes
         index = {tok: i for i, tok in enumerate(self.vocab)}
         self._merges: list[tuple[bytes, bytes]] = []
         self._rank: dict[tuple[int, int], int] = {}  # id pair -> position in the merge list
         self._merged_id: dict[tuple[int, int], int] = {}  # id pair -> the id it becomes
         for left, right in merges:
-            if not (isinstance(left, bytes) and isinstance(right, bytes)):
-                raise ValueError("each merge must be a pair of bytes objects, e.g. (b'h', b'e')")
             if left not in index or right not in index:
                 raise ValueError(f"merge {(left, right)!r} uses a token that no earlier merge made")
             joined = left + right
@@ -78,6 +86,7 @@ class BPETokenizer:
         """The training "words": each distinct pre-tokenizer chunk as a tuple of byte ids, with
         its count. Special tokens are cut out first, so no merge can cross them."""
         to_utf8(text)
+        special_tokens = check_str_list("special_tokens", special_tokens)
         pieces = [text]
         if special_tokens:
             pattern = "|".join(regex.escape(s) for s in sorted(special_tokens, key=len, reverse=True))
@@ -90,7 +99,8 @@ class BPETokenizer:
         """Learn merges on ``text`` until the vocabulary (256 bytes + merged tokens + special
         tokens) has ``vocab_size`` entries, or no pair is left to merge."""
         to_utf8(text)
-        special_tokens = tuple(special_tokens)
+        special_tokens = check_str_list("special_tokens", special_tokens)
+        check_bool("fast", fast)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
             raise ValueError(f"vocab_size must be an int >= 256 + {len(special_tokens)} special tokens "
                              f"(the byte alphabet comes first), got {vocab_size!r}")
@@ -114,9 +124,11 @@ class BPETokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for (a special token: its UTF-8 text)."""
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            raise TypeError(f"token_id must be an int, got {type(token_id).__name__} {token_id!r}")
         if token_id in self._special_by_id:
             return self._special_by_id[token_id].encode("utf-8")
-        if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < len(self.vocab):
+        if not 0 <= token_id < len(self.vocab):
             raise ValueError(f"token ids must be ints in [0, {len(self)}), got {token_id!r}")
         return self.vocab[token_id]
 
@@ -128,6 +140,8 @@ class BPETokenizer:
 
     def encode_chunk(self, chunk: bytes) -> list[int]:
         """Readable BPE on one chunk: merge the earliest-learned pair present, until none is."""
+        if not isinstance(chunk, (bytes, bytearray)):
+            raise TypeError(f"chunk must be bytes (a chunk's UTF-8 encoding), got {type(chunk).__name__}")
         ids = list(chunk)
         while len(ids) >= 2:
             pair = min(zip(ids, ids[1:]), key=lambda p: self._rank.get(p, float("inf")))
@@ -139,6 +153,7 @@ class BPETokenizer:
     def encode(self, text: str, fast: bool = False) -> list[int]:
         """Token ids of ``text``; ``decode(encode(text)) == text`` for every valid string."""
         to_utf8(text)
+        check_bool("fast", fast)
         if fast:
             return self.to_tokenizers().encode(text, add_special_tokens=False).ids
         ids: list[int] = []
@@ -156,6 +171,10 @@ class BPETokenizer:
     def decode(self, ids) -> str:
         """The text of a list of ids. Byte sequences that are not valid UTF-8 (a list cut in the
         middle of a character) decode to U+FFFD instead of raising."""
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError(f"ids must be a list (or 1-D tensor) of token ids, got {type(ids).__name__}")
+        if hasattr(ids, "dim") and ids.dim() != 1:
+            raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
         return b"".join(self.token_bytes(_as_id(i)) for i in ids).decode("utf-8", errors="replace")
 
     # -- the fast path and saving ----------------------------------------------------------
@@ -183,6 +202,13 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> "BPETokenizer":
-        data = json.loads(text)
-        merges = [(unicode_to_bytes(a), unicode_to_bytes(b)) for a, b in data["merges"]]
-        return cls(merges, data.get("special_tokens", ()))
+        """The tokenizer :meth:`to_json` wrote."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be the str that to_json wrote, got {type(text).__name__}")
+        try:
+            data = json.loads(text)
+            merges = [(unicode_to_bytes(a), unicode_to_bytes(b)) for a, b in data["merges"]]
+            special = data.get("special_tokens", [])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"text is not a tokenizer written by to_json: {err}") from None
+        return cls(merges, special)
