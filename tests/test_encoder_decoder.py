@@ -78,10 +78,10 @@ def test_record_attention_sees_the_three_calls_of_an_encoder_decoder():
         model(src, tasks.shift_right(tgt), src_lengths=[7, 5])
     summary = [(c.name, c.kind, c.mask_kind, c.shapes) for c in calls]
     assert summary == [
-        ("transformer.encoder.layers.0.self_attn", "self", "padding", "7 x 7"),
-        ("transformer.encoder.layers.1.self_attn", "self", "padding", "7 x 7"),
-        ("transformer.decoder.layers.0.self_attn", "self", "causal", "4 x 4"),
-        ("transformer.decoder.layers.0.cross_attn", "cross", "padding", "4 x 7"),
+        ("transformer.encoder.blocks.0.self_attn", "self", "padding", "7 x 7"),
+        ("transformer.encoder.blocks.1.self_attn", "self", "padding", "7 x 7"),
+        ("transformer.decoder.blocks.0.self_attn", "self", "causal", "4 x 4"),
+        ("transformer.decoder.blocks.0.cross_attn", "cross", "padding", "4 x 7"),
     ]
     cross = calls[-1]
     assert cross.masks.shape == (2, 4, 7) and cross.mask_given
@@ -118,10 +118,10 @@ def test_record_attention_removes_its_hooks_and_checks_its_input():
     assert [c.mask_kind for c in calls] == ["causal"]
     model(torch.randint(0, 11, (1, 5)))
     assert len(calls) == 1, "hooks must be removed when the block ends"
-    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+    with pytest.raises(ValueError, match="no attention module"):
         with record_attention(torch.nn.Linear(2, 2)):
             pass
-    with pytest.raises(ValueError, match="nn.Module"):
+    with pytest.raises(TypeError, match="nn.Module"):
         with record_attention("model"):
             pass
 

@@ -1,11 +1,10 @@
-"""Grouped-query attention, the KV cache, rotary styles and the decoding strategies (chapter 17),
-on small random modules (the real model is in test_smollm2.py).
+"""Grouped-query attention and rotary styles (chapter 17), on small random modules (the real model
+is in test_smollm2.py; the cache in test_kv_cache.py, decoding in test_sampling.py).
 
 Tolerances: float32 attention over <= 24 keys, values O(1): the readable and fused paths sum in
 different orders, each output is a convex combination of values, so their difference is a few
 ulp of the largest value (~1e-6); 1e-5 leaves room for the projections' matmuls.
 """
-import itertools
 import math
 
 import pytest
@@ -17,9 +16,6 @@ from transformer_lib.kv_cache import KVCache, cache_bytes_per_token
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.positional import RotaryEmbedding, apply_rotary
 from transformer_lib.pretrained.gguf import unpermute_rotary_rows
-from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
-from transformer_lib.sampling import (apply_repetition_penalty, beam_search, generate_ids, next_token_probs,
-                                      sample_next, top_k_filter, top_p_filter)
 
 ATOL = 1e-5
 
@@ -105,35 +101,6 @@ def test_gqa_with_cache_in_chunks_equals_one_causal_pass(need_weights):
     assert cache.nbytes() == 11 * cache_bytes_per_token(1, 2, 8, 4) * 2  # batch 2
 
 
-def test_kv_cache_bookkeeping_and_bad_input():
-    cache = KVCache(3)
-    k = torch.randn(1, 2, 5, 4)
-    for layer in range(3):
-        got_k, got_v = cache.update(layer, k, -k)
-        assert torch.equal(got_k, k) and torch.equal(got_v, -k)
-    assert cache.length == 5 and cache.nbytes() == 3 * 2 * 2 * 5 * 4 * 4
-    assert cache_bytes_per_token(30, 3, 64, 4) == 30 * 2 * 3 * 64 * 4 == 46080
-    cache.truncate(2)  # forget positions 2.. ; the next update overwrites them
-    assert cache.length == 2
-    got_k, _ = cache.update(0, -k[:, :, :1], k[:, :, :1])
-    assert got_k.shape == (1, 2, 3, 4) and torch.equal(got_k[:, :, :2], k[:, :, :2])
-    assert torch.equal(got_k[:, :, 2], -k[:, :, 0])
-    for bad_length in (-1, 3, 1.5):
-        with pytest.raises(ValueError):
-            cache.truncate(bad_length)
-    with pytest.raises(ValueError):
-        cache.update(3, k, k)
-    with pytest.raises(ValueError):
-        cache.update(0, k, k[..., :2])
-    with pytest.raises(ValueError):
-        cache.update(0, torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))  # 3 heads into a 2-head cache
-    for bad in (0, -1, 2.5):
-        with pytest.raises(ValueError):
-            KVCache(bad)
-        with pytest.raises(ValueError):
-            cache_bytes_per_token(bad, 3, 64)
-
-
 @given(seed=st.integers(0, 1000), L=st.integers(1, 6))
 @settings(max_examples=20, deadline=None)
 def test_rotary_halves_is_interleaved_up_to_the_gguf_row_permutation(seed, L):
@@ -160,71 +127,7 @@ def test_rotary_halves_is_interleaved_up_to_the_gguf_row_permutation(seed, L):
         unpermute_rotary_rows(torch.randn(10, 3), 3)
 
 
-# -- decoding strategies ------------------------------------------------------------------------
-
-logit_rows = st.lists(st.floats(-8, 8, allow_nan=False), min_size=2, max_size=40).map(torch.tensor)
-
-
-@settings(max_examples=60, deadline=None)
-@given(logits=logit_rows, p=st.floats(0.01, 1.0))
-def test_top_p_keeps_the_smallest_set_with_mass_at_least_p(logits, p):
-    probs = logits.softmax(-1)
-    kept = torch.isfinite(top_p_filter(logits, p))
-    mass = probs[kept].sum().item()
-    assert mass >= p - 1e-6 or kept.all()
-    # smallest: dropping the least likely kept token falls below p
-    assert kept.sum() == 1 or mass - probs[kept].min().item() < p + 1e-6
-    # most likely first: every kept token is at least as likely as every dropped one
-    if not kept.all():
-        assert probs[kept].min() >= probs[~kept].max()
-
-
-@settings(max_examples=40, deadline=None)
-@given(logits=logit_rows, k=st.integers(1, 50))
-def test_top_k_keeps_the_k_largest(logits, k):
-    kept = torch.isfinite(top_k_filter(logits, k))
-    k_eff = min(k, logits.numel())
-    assert kept.sum() >= k_eff  # ties with the k-th are kept
-    assert logits[kept].min() >= logits.sort(descending=True).values[k_eff - 1]
-
-
-@settings(max_examples=40, deadline=None)
-@given(logits=logit_rows, penalty=st.floats(1.0, 3.0), seen=st.lists(st.integers(0, 1), max_size=3))
-def test_repetition_penalty_lowers_only_seen_tokens(logits, penalty, seen):
-    out = apply_repetition_penalty(logits, seen, penalty)
-    for i in range(logits.numel()):
-        if i in seen:
-            assert out[i] <= logits[i]
-        else:
-            assert out[i] == logits[i]
-
-
-def test_temperature_sharpens_and_flattens_and_zero_is_greedy():
-    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
-    ent = lambda pr: -(pr * pr.clamp_min(1e-30).log()).sum().item()  # noqa: E731
-    cold, base, hot = (next_token_probs(logits, t) for t in (0.5, 1.0, 2.0))
-    assert ent(cold) < ent(base) < ent(hot)
-    assert next_token_probs(logits, 0).tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert int(sample_next(logits, 0)) == 0
-
-
-def test_seeded_sampling_is_reproducible_and_follows_the_distribution():
-    logits = torch.tensor([1.0, 0.5, 0.0, -3.0])
-    g = torch.Generator().manual_seed(0)
-    draws = sample_next(logits.expand(20_000, 4), 1.0, generator=g)  # (20000,)
-    freq = torch.bincount(draws, minlength=4).float() / 20_000
-    # 4 binomial standard errors at n = 20000 is < 0.015
-    torch.testing.assert_close(freq, logits.softmax(-1), atol=0.015, rtol=0)
-    a = sample_next(logits, 1.0, top_p=0.9, generator=torch.Generator().manual_seed(3))
-    b = sample_next(logits, 1.0, top_p=0.9, generator=torch.Generator().manual_seed(3))
-    assert int(a) == int(b) and int(a) != 3  # token 3 (p ~ 0.02) is outside the 0.9 nucleus
-
-
 @pytest.mark.parametrize("bad", [
-    lambda: top_p_filter(torch.zeros(4), 0.0), lambda: top_p_filter(torch.zeros(4), 1.5),
-    lambda: top_k_filter(torch.zeros(4), 0), lambda: next_token_probs(torch.zeros(4), -1.0),
-    lambda: apply_repetition_penalty(torch.zeros(4), [1], 0.0), lambda: top_k_filter(torch.zeros(2, 2, 2), 1),
-    lambda: top_p_filter(torch.zeros(4, dtype=torch.long), 0.5),
     lambda: GroupedQueryAttention(48, 6, 4), lambda: GroupedQueryAttention(50, 6, 2),
     lambda: GroupedQueryAttention(48, 6, 0), lambda: GroupedQueryAttention(48, 6, 2)(torch.zeros(1, 3, 47)),
     lambda: GroupedQueryAttention(48, 6, 2)(torch.zeros(1, 3, 48), mask=torch.ones(3, 3)),  # float mask
@@ -234,53 +137,17 @@ def test_bad_input_raises_value_error(bad):
         bad()
 
 
-# -- generation on a tiny random decoder ---------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=7, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24,
-                      rope_base=100.0, context_length=32)
-    model = LlamaDecoder(cfg).eval()
-    with torch.no_grad():
-        model.embed.weight.mul_(3.0)  # livelier logits than the default init
-    return model
-
-
-def test_cached_generation_equals_uncached(tiny):
-    for kwargs in ({}, {"temperature": 1.0, "top_k": 4, "seed": 5}, {"temperature": 0.7, "top_p": 0.8, "seed": 1},
-                   {"repetition_penalty": 1.5}):
-        a = generate_ids(tiny, [1, 2, 3], 12, use_cache=True, **kwargs)
-        b = generate_ids(tiny, [1, 2, 3], 12, use_cache=False, **kwargs)
-        assert a == b and len(a) == 12
-
-
-def test_beam_search_finds_the_most_likely_continuation(tiny):
-    """With as many beams as tokens, 3 steps of beam search are exhaustive: compare with brute force."""
-    prompt, V = [4, 1], tiny.cfg.vocab_size
-    best, best_score = None, -math.inf
-    with torch.no_grad():
-        for cont in itertools.product(range(V), repeat=3):
-            ids = torch.tensor([prompt + list(cont)])
-            logp = tiny(ids).log_softmax(-1)[0]  # (L, V)
-            score = sum(logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(cont))
-            if score > best_score:
-                best, best_score = list(cont), score
-    ids, score = beam_search(tiny, prompt, num_beams=V * V, max_new_tokens=3, length_penalty=0.0)
-    assert ids == best
-    assert score == pytest.approx(best_score, abs=1e-4)
-    greedy = generate_ids(tiny, prompt, 3)
-    assert beam_search(tiny, prompt, num_beams=1, max_new_tokens=3, length_penalty=0.0)[0] == greedy
-
-
-def test_decoder_bad_input(tiny):
-    with pytest.raises(ValueError):
-        tiny(torch.tensor([[1, 7]]))  # id out of range
-    with pytest.raises(ValueError):
-        tiny(torch.zeros(1, 33, dtype=torch.long))  # past the context length
-    with pytest.raises(ValueError):
-        tiny(torch.zeros(3, dtype=torch.long))  # not (B, L)
-    with pytest.raises(ValueError):
-        generate_ids(tiny, [], 3)
-    with pytest.raises(ValueError):
-        beam_search(tiny, [1], num_beams=0, max_new_tokens=2)
+def test_a_bad_mask_is_rejected_before_the_cache_changes():
+    """#26: the mask used to be checked after this layer's keys were appended to the cache."""
+    gqa = GroupedQueryAttention(16, 4, 2)
+    cache = KVCache(1)
+    x = torch.randn(1, 3, 16)
+    gqa(x, causal=True, cache=cache)
+    with pytest.raises(ValueError, match="broadcast"):
+        gqa(x[:, :1], mask=torch.ones(1, 3, dtype=torch.bool), cache=cache)  # needs (.., 1, 4)
+    assert cache.length == 3 and cache.lengths == [3]
+    with pytest.raises(ValueError, match="layer"):
+        gqa(x, cache=cache, layer=1)  # a one-layer cache has no layer 1
+    assert cache.lengths == [3]
+    with pytest.raises(ValueError, match="floating"):
+        gqa(torch.zeros(1, 3, 16, dtype=torch.long))

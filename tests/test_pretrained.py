@@ -24,7 +24,7 @@ from exercise_answers import wrong_answers
 from transformer_lib.exercises import get
 from transformer_lib.pretrained import (BertEncoder, MiniLMConfig, bert_name_map, cosine_matrix, load_minilm,
                                         mean_pool)
-from transformer_lib.probes import column_score, diagonal_score
+from transformer_lib.probes import column_score, diagonal_score, record_attention
 
 ATOL = 1e-4
 
@@ -107,7 +107,7 @@ def test_architecture(lm):
     assert (cfg.num_layers, cfg.num_heads, cfg.d_model, cfg.d_ff, cfg.eps, cfg.max_length) == (6, 12, 384, 1536, 1e-12, 256)
     n = sum(p.numel() for p in lm.model.parameters())
     assert n == 22_565_376  # all-MiniLM-L6-v2 without the (unused) 147,840-parameter pooler
-    assert all(not layer.norm_first and layer.ffn.activation == "gelu" for layer in lm.model.layers)
+    assert all(not layer.norm_first and layer.ffn.activation == "gelu" for layer in lm.model.blocks)
     assert "22.6M parameters" in repr(lm)
 
 
@@ -147,15 +147,17 @@ def test_attentions_match_reference(lm):
 
 
 def test_hidden_states_match_reference_and_fast_path(lm):
-    H = lm.hidden_states(SENTENCES[0])  # SDPA fast path
+    H = lm.layer_states(SENTENCES[0])  # SDPA fast path
     assert H.shape == (7, 16, 384)
     for layer, i, k, value in HIDDEN:
         assert abs(H[layer, i, k].item() - value) < ATOL, (layer, i, k)
     ids, mask = lm.token_ids([SENTENCES[0]])
-    with torch.no_grad():
-        readable, weights = lm.model(ids, mask, need_weights=True)  # materialized weights
-    assert len(readable) == 7 and len(weights) == 6
+    with torch.no_grad(), record_attention(lm.model, weights=True) as calls:
+        readable = lm.model.layer_states(ids, mask)  # materialized weights: the readable path
+        last = lm.model(ids, mask)
+    assert len(readable) == 7 and len(calls) == 12 and all(c.weights.shape == (1, 12, 16, 16) for c in calls)
     torch.testing.assert_close(torch.stack([h[0] for h in readable]), H, atol=1e-5, rtol=0)
+    torch.testing.assert_close(last[0], H[-1], atol=1e-5, rtol=0)
 
 
 def test_analysis_helpers():
@@ -207,7 +209,7 @@ def test_bert_state_dict_mapping_and_errors():
         model.load_bert_state_dict(bad)
     with pytest.raises(ValueError, match="longer than the learned position table"):
         model(torch.zeros(1, 7, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"input_ids must be \(B, L\)"):
+    with pytest.raises(ValueError, match=r"tokens must be \(B, L\)"):
         model(torch.zeros(7, dtype=torch.long))
     with pytest.raises(ValueError, match="attention_mask must have the shape"):
         model(torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 4))

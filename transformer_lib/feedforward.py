@@ -41,7 +41,7 @@ class FeedForward(nn.Module):
         self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None  # gate
         self.dropout = nn.Dropout(dropout)
 
-    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+    def activations(self, x: torch.Tensor) -> torch.Tensor:
         """The activations in the wide layer, (..., d_ff): what the chapter plots."""
         h = self.linear1(x)
         if self.activation == "relu":
@@ -61,4 +61,4 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_model:
             raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
-        return self.linear2(self.dropout(self.hidden(x)))
+        return self.linear2(self.dropout(self.activations(x)))

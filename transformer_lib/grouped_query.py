@@ -12,7 +12,7 @@ so W^K and W^V shrink to ``num_kv_heads * head_dim`` outputs and the cache shrin
 ``num_kv_heads == num_heads`` is ordinary multi-head attention (a test holds the two equal);
 ``num_kv_heads == 1`` is multi-query attention (Shazeer 2019). SmolLM2-135M uses 9 query heads
 and 3 key/value heads (g = 3): its cache is a third of the MHA one (chapter 17, "Grouped-query
-attention in a real model").
+attention and RoPE in a real model").
 
 Two paths, held equal by tests:
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_mask
+from ._checks import check_cache_layer, check_floating, check_mask
 from .attention import scaled_dot_product_attention
 from .multihead import merge_heads
 
@@ -88,10 +88,15 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False,
                 cache=None, layer: int = 0, need_weights: bool = False):
+        check_floating("x", x)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, L, {self.d_model}), got shape {tuple(x.shape)}")
         B, L, _ = x.shape
-        offset = cache.lengths[layer] if cache is not None else 0
+        offset = 0
+        if cache is not None:
+            check_cache_layer(cache, layer)
+            offset = cache.lengths[layer]
+        check_mask(mask, (B, self.num_heads, L, offset + L))  # before the cache changes
         q = self.q_proj(x).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, L, d)
         k = self.k_proj(x).view(B, L, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, L, d)
         v = self.v_proj(x).view(B, L, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, H_kv, L, d)
@@ -100,8 +105,6 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H_kv, offset + L, d) each
         L_k = k.shape[2]
-        if mask is not None:
-            check_mask(mask, (B, self.num_heads, L, L_k))
 
         if need_weights or mask is not None:
             if causal:

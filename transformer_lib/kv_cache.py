@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_int, check_positive
+
 __all__ = ["KVCache", "cache_bytes_per_token"]
 
 
@@ -29,8 +31,7 @@ def cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, byt
     """Bytes the cache grows by per token: ``num_layers * 2 * num_kv_heads * head_dim * bytes``."""
     for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                         ("bytes_per_element", bytes_per_element)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive(name, value)
     return num_layers * 2 * num_kv_heads * head_dim * bytes_per_element
 
 
@@ -45,10 +46,8 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, initial_capacity: int = 256):
-        if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
-        if initial_capacity < 1:
-            raise ValueError(f"initial_capacity must be >= 1, got {initial_capacity}")
+        check_positive("num_layers", num_layers)
+        check_positive("initial_capacity", initial_capacity)
         self.num_layers, self.initial_capacity = num_layers, initial_capacity
         self.keys: list[torch.Tensor | None] = [None] * num_layers  # (B, H_kv, capacity, d) buffers
         self.values: list[torch.Tensor | None] = [None] * num_layers
@@ -60,8 +59,7 @@ class KVCache:
         return min(self.lengths)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer must be in [0, {self.num_layers}), got {layer}")
+        check_int("layer", layer, 0, self.num_layers - 1)
         if k.dim() != 4 or k.shape != v.shape:
             raise ValueError(f"expected k and v of equal shape (B, H_kv, L, d), got {tuple(k.shape)} and {tuple(v.shape)}")
         start, new = self.lengths[layer], k.shape[2]
@@ -84,8 +82,7 @@ class KVCache:
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (the buffers are kept and overwritten later)."""
-        if not isinstance(length, int) or not 0 <= length <= self.length:
-            raise ValueError(f"length must be an integer in [0, {self.length}], got {length!r}")
+        check_int("length", length, 0, self.length)
         self.lengths = [length] * self.num_layers
 
     def reorder(self, index: torch.Tensor) -> None:

@@ -84,16 +84,17 @@ class EncoderLayer(nn.Module):
         if not ffn:
             self.ffn.switch_off()
 
-    def _sa(self, x, mask, bias):
-        return self.dropout1(self.self_attn(x, mask=mask, bias=bias)[0])
+    def _sa(self, x, mask, bias, cache, layer):
+        return self.dropout1(self.self_attn(x, mask=mask, bias=bias, cache=cache, layer=layer)[0])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None) -> torch.Tensor:
+                bias: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
+        """``cache``/``layer``: see :class:`MultiHeadAttention` (a decoder-only model's generation)."""
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask, bias)
+            x = x + self._sa(self.norm1(x), mask, bias, cache, layer)
             x = x + self.dropout2(self.ffn(self.norm2(x)))
         else:
-            x = self.norm1(x + self._sa(x, mask, bias))
+            x = self.norm1(x + self._sa(x, mask, bias, cache, layer))
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return x
 
@@ -124,22 +125,24 @@ class DecoderLayer(nn.Module):
         self.norm3 = make_norm(norm, d_model, eps)
         self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in range(3))
 
-    def _sa(self, x, mask):
-        return self.dropout1(self.self_attn(x, mask=mask)[0])
+    def _sa(self, x, mask, cache, layer):
+        return self.dropout1(self.self_attn(x, mask=mask, cache=cache, layer=layer)[0])
 
     def _ca(self, x, memory, mask):
         return self.dropout2(self.cross_attn(x, memory, memory, mask=mask)[0])
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+                memory_mask: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
+        """``cache``/``layer`` cache the self-attention's keys and values only; cross-attention
+        reads the (fixed) memory again at every step."""
         if x.shape[0] != memory.shape[0]:
             raise ValueError(f"batch sizes differ: target {x.shape[0]} vs memory {memory.shape[0]}")
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), self_mask)
+            x = x + self._sa(self.norm1(x), self_mask, cache, layer)
             x = x + self._ca(self.norm2(x), memory, memory_mask)
             x = x + self.dropout3(self.ffn(self.norm3(x)))
         else:
-            x = self.norm1(x + self._sa(x, self_mask))
+            x = self.norm1(x + self._sa(x, self_mask, cache, layer))
             x = self.norm2(x + self._ca(x, memory, memory_mask))
             x = self.norm3(x + self.dropout3(self.ffn(x)))
         return x

@@ -5,6 +5,12 @@ decoder-only language model.
 ``Seq2SeqTransformer`` adds token embeddings, sinusoidal positions and an output head (the
 paper's full model) and can greedy-decode. ``DecoderOnlyLM`` is the GPT-style model, with a
 choice of positional scheme and norm.
+
+Every decoder has the same interface, which :mod:`transformer_lib.sampling` drives:
+``forward(tokens (B, L), cache=None) -> logits (B, L, V)`` and ``new_cache()``. With a cache the
+tokens continue after the cached ones (positions, masks and biases are offset by the cached
+length), so feeding a prompt and then one token at a time gives the logits of one full pass.
+``Seq2SeqTransformer.conditioned_on(src)`` is its decoder side with the source encoded once.
 """
 from __future__ import annotations
 
@@ -14,12 +20,14 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive
+from ._checks import check_cache, check_int, check_positive, check_token_ids
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
+from .kv_cache import KVCache
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias)
+from .sampling import generate
 
 __all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM"]
 
@@ -34,12 +42,12 @@ class Encoder(nn.Module):
 
     def __init__(self, layer: EncoderLayer, num_layers: int, final_norm: nn.Module | None = None):
         super().__init__()
-        self.layers = clones(layer, num_layers)
+        self.blocks = clones(layer, num_layers)
         self.norm = final_norm
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, mask)
+        for block in self.blocks:
+            x = block(x, mask)
         return x if self.norm is None else self.norm(x)
 
 
@@ -48,12 +56,13 @@ class Decoder(nn.Module):
 
     def __init__(self, layer: DecoderLayer, num_layers: int, final_norm: nn.Module | None = None):
         super().__init__()
-        self.layers = clones(layer, num_layers)
+        self.blocks = clones(layer, num_layers)
         self.norm = final_norm
 
-    def forward(self, x, memory, self_mask=None, memory_mask=None):
-        for layer in self.layers:
-            x = layer(x, memory, self_mask, memory_mask)
+    def forward(self, x, memory, self_mask=None, memory_mask=None, cache=None):
+        check_cache(cache, len(self.blocks))
+        for i, block in enumerate(self.blocks):
+            x = block(x, memory, self_mask, memory_mask, cache=cache, layer=i)
         return x if self.norm is None else self.norm(x)
 
 
@@ -89,8 +98,8 @@ class Transformer(nn.Module):
 
     @property
     def blocks(self) -> list[nn.Module]:
-        """Every block, the encoder's first: ``[*encoder.layers, *decoder.layers]``."""
-        return [*self.encoder.layers, *self.decoder.layers]
+        """Every block, the encoder's first: ``[*encoder.blocks, *decoder.blocks]``."""
+        return [*self.encoder.blocks, *self.decoder.blocks]
 
     @classmethod
     def from_torch(cls, model: nn.Transformer) -> "Transformer":
@@ -101,8 +110,8 @@ class Transformer(nn.Module):
         ours = cls(model.d_model, model.nhead, len(enc_layers), len(dec_layers),
                    first.ffn.d_ff, activation=first.ffn.activation, norm_first=first.norm_first,
                    final_norm=True)
-        ours.encoder.layers = nn.ModuleList(enc_layers)
-        ours.decoder.layers = nn.ModuleList(dec_layers)
+        ours.encoder.blocks = nn.ModuleList(enc_layers)
+        ours.decoder.blocks = nn.ModuleList(dec_layers)
         ours.encoder.norm = LayerNorm.from_torch(model.encoder.norm) if model.encoder.norm is not None else None
         ours.decoder.norm = LayerNorm.from_torch(model.decoder.norm) if model.decoder.norm is not None else None
         return ours
@@ -133,8 +142,8 @@ class Seq2SeqTransformer(nn.Module):
         for emb in (self.src_embed, self.tgt_embed):
             nn.init.normal_(emb.weight, std=d_model ** -0.5)
 
-    def _embed(self, emb: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
-        return self.pos(emb(tokens) * math.sqrt(self.d_model))  # (B, L, D)
+    def _embed(self, emb: nn.Embedding, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.pos(emb(tokens) * math.sqrt(self.d_model), offset)  # (B, L, D)
 
     def src_mask(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor | None:
         if src_lengths is None:
@@ -144,11 +153,23 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor:
         return self.transformer.encoder(self._embed(self.src_embed, src), self.src_mask(src, src_lengths))
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask=None) -> torch.Tensor:
-        L_t = tgt_in.shape[1]
-        causal = causal_mask(L_t, device=tgt_in.device)  # (L_t, L_t)
-        states = self.transformer.decoder(self._embed(self.tgt_embed, tgt_in), memory, causal, memory_mask)
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask=None, cache=None) -> torch.Tensor:
+        """Target logits (B, L_t, V) given the encoder's ``memory``; with a ``cache`` (from
+        :meth:`new_cache`) ``tgt_in`` continues after the cached target tokens."""
+        past, L_t = (0 if cache is None else cache.length), tgt_in.shape[1]
+        causal = causal_mask(L_t, past + L_t, device=tgt_in.device)  # (L_t, past + L_t)
+        states = self.transformer.decoder(self._embed(self.tgt_embed, tgt_in, past), memory, causal, memory_mask,
+                                          cache=cache)
         return self.generator(states)  # (B, L_t, V)
+
+    def new_cache(self, initial_capacity: int = 256) -> KVCache:
+        """An empty cache for the decoder's self-attention (one entry per decoder layer)."""
+        return KVCache(len(self.transformer.decoder.blocks), initial_capacity)
+
+    def conditioned_on(self, src: torch.Tensor, src_lengths=None) -> "ConditionedDecoder":
+        """The decoder side with ``src`` encoded once: a decoder with the common interface
+        (``forward(tokens, cache=None)``, ``new_cache()``) that :mod:`~transformer_lib.sampling` drives."""
+        return ConditionedDecoder(self, src, src_lengths)
 
     def forward(self, src, tgt_in, src_lengths=None):
         memory_mask = self.src_mask(src, src_lengths)
@@ -156,15 +177,9 @@ class Seq2SeqTransformer(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(self, src: torch.Tensor, bos_id: int, max_len: int, src_lengths=None) -> torch.Tensor:
-        """Generate one token at a time, feeding each prediction back in. Returns (B, max_len)
-        tokens, without the BOS."""
-        memory = self.encode(src, src_lengths)
-        memory_mask = self.src_mask(src, src_lengths)
-        ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            logits = self.decode(ys, memory, memory_mask)  # (B, t, V)
-            ys = torch.cat([ys, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-        return ys[:, 1:]
+        """Generate one token at a time, feeding each prediction back in (greedy, with the KV
+        cache: :func:`~transformer_lib.sampling.generate`). Returns (B, max_len) tokens, without the BOS."""
+        return generate(self.conditioned_on(src, src_lengths), _bos_column(src, bos_id), max_len)[:, 1:]
 
     @property
     def blocks(self) -> list[nn.Module]:
@@ -172,12 +187,40 @@ class Seq2SeqTransformer(nn.Module):
         return self.transformer.blocks
 
 
+def _bos_column(src: torch.Tensor, bos_id: int) -> torch.Tensor:
+    check_int("bos_id", bos_id, 0)
+    return torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+
+
+class ConditionedDecoder(nn.Module):
+    """A :class:`Seq2SeqTransformer`'s decoder with a fixed, already encoded source: token ids
+    (B, L) -> logits (B, L, V), the interface every decoder of the library has."""
+
+    def __init__(self, model: Seq2SeqTransformer, src: torch.Tensor, src_lengths=None):
+        super().__init__()
+        check_token_ids(src, model.src_embed.num_embeddings, "src")
+        self.model = model
+        self.memory = model.encode(src, src_lengths)  # (B, L_s, D), computed once
+        self.memory_mask = model.src_mask(src, src_lengths)
+
+    def new_cache(self, initial_capacity: int = 256) -> KVCache:
+        return self.model.new_cache(initial_capacity)
+
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        check_token_ids(tokens, self.model.tgt_embed.num_embeddings)
+        if tokens.shape[0] != self.memory.shape[0]:
+            raise ValueError(f"tokens has {tokens.shape[0]} rows but the source has {self.memory.shape[0]}")
+        return self.model.decode(tokens, self.memory, self.memory_mask, cache=cache)  # (B, L, V)
+
+
 class DecoderOnlyLM(nn.Module):
     """A GPT-style language model: token embedding, a stack of causal self-attention blocks,
     a final norm and a head tied to the embedding.
 
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
-    'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens)`` -> logits (B, L, V).
+    'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens, cache=None)`` ->
+    logits (B, L, V); with a cache from :meth:`new_cache` the tokens continue after the cached ones
+    (chapter 17 adds the cache to this model).
     ``ffn=False`` switches every block's FFN off (attention-only blocks, chapter 6; see
     :class:`~transformer_lib.layers.EncoderLayer`).
 
@@ -195,8 +238,11 @@ class DecoderOnlyLM(nn.Module):
                  norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
                  init_std: float | None = None):
         super().__init__()
-        check_positive("vocab_size", vocab_size)
-        check_positive("max_len", max_len)
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("max_len", max_len)):
+            check_positive(name, value)
+        if d_ff is not None:
+            check_positive("d_ff", d_ff)
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
@@ -222,23 +268,27 @@ class DecoderOnlyLM(nn.Module):
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        B, L = tokens.shape
+    def new_cache(self, initial_capacity: int = 256) -> KVCache:
+        """An empty :class:`~transformer_lib.kv_cache.KVCache`, one entry per block."""
+        return KVCache(len(self.blocks), initial_capacity)
+
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        check_token_ids(tokens, self.embed.num_embeddings)
+        check_cache(cache, len(self.blocks))
+        past, L = (0 if cache is None else cache.length), tokens.shape[1]
         x = self.embed(tokens)  # (B, L, D)
         if self.pos is not None:
-            x = self.pos(x)
-        mask = causal_mask(L, device=tokens.device)  # (L, L)
-        bias = alibi_bias(self.num_heads, L, device=tokens.device) if self.positional == "alibi" else None
-        for block in self.blocks:
-            x = block(x, mask, bias)
+            x = self.pos(x, offset=past)  # positions past .. past + L - 1
+        mask = causal_mask(L, past + L, device=tokens.device)  # (L, past + L): queries are the last L
+        bias = alibi_bias(self.num_heads, L, past + L, device=tokens.device) if self.positional == "alibi" else None
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, bias, cache=cache, layer=i)
         if self.norm is not None:
             x = self.norm(x)
         return self.head(x)  # (B, L, V)
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Greedy generation, one token at a time (no KV cache: the readable version)."""
-        for _ in range(max_new_tokens):
-            next_token = self(tokens)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-            tokens = torch.cat([tokens, next_token], dim=1)
-        return tokens
+        """Greedy generation: ``tokens`` (B, L) -> (B, L + max_new_tokens), one
+        :func:`~transformer_lib.sampling.generate` call (with the KV cache)."""
+        return generate(self, tokens, max_new_tokens)

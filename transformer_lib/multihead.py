@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_floating, check_mask, check_positive, check_probability
+from ._checks import check_cache_layer, check_floating, check_mask, check_positive, check_probability
 from .attention import _attention, _attention_fast
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
@@ -43,6 +43,11 @@ class MultiHeadAttention(nn.Module):
 
     Optional ``rotary`` (a :class:`~transformer_lib.positional.RotaryEmbedding`) rotates queries
     and keys by position after the projections; ``bias`` in :meth:`forward` adds e.g. ALiBi.
+
+    ``cache`` (a :class:`~transformer_lib.kv_cache.KVCache`, self-attention only) appends this
+    call's keys and values under index ``layer`` and attends over all cached ones: the query's
+    positions continue after the cached length, and ``mask``/``bias`` then cover
+    (.., L_q, L_past + L_q). It is how a decoder generates one token per step (chapter 17).
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
@@ -65,7 +70,9 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                need_weights: bool = False, bias: torch.Tensor | None = None):
+                need_weights: bool = False, bias: torch.Tensor | None = None, cache=None, layer: int = 0):
+        if cache is not None and any(t is not None and t is not query for t in (key, value)):
+            raise ValueError("cache is for self-attention only: pass the query alone (key=value=None)")
         key = query if key is None else key
         value = key if value is None else value
         for name, t in (("query", query), ("key", key), ("value", value)):
@@ -78,13 +85,19 @@ class MultiHeadAttention(nn.Module):
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
         B, L_q, L_k = query.shape[0], query.shape[1], key.shape[1]
-        check_mask(mask, (B, self.num_heads, L_q, L_k))  # checked once here; the core trusts it
+        past = 0
+        if cache is not None:
+            check_cache_layer(cache, layer)
+            past = cache.lengths[layer]
+        check_mask(mask, (B, self.num_heads, L_q, past + L_k))  # checked once here, before the cache changes
 
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d_k)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, L_k, d_k)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, L_k, d_k)
-        if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+        if self.rotary is not None:  # positions past .. past + L - 1
+            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H, past + L_k, d_k) each
         p = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = _attention(q, k, v, mask, None, bias, p)  # readable path, keeps the weights

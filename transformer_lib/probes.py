@@ -3,8 +3,8 @@
 Every probe works on any model built from the library's modules, so each chapter reads its
 tables and figures from what the modules did rather than from numbers typed by hand.
 
-* :func:`record_attention` (chapters 2-4, 10, 12, 13): a context manager that hooks every
-  :class:`~transformer_lib.multihead.MultiHeadAttention` inside a model and records, per call,
+* :func:`record_attention` (chapters 2-4, 10, 12-14, 17): a context manager that hooks every
+  attention module (multi-head or grouped-query) inside a model and records, per call,
   the query, key and value it received, its mask and, with ``weights=True``, its attention
   weights. This is the library's one way to look at attention weights: no layer or model keeps
   a copy of its own. :func:`mask_kind` names a recorded mask.
@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ._checks import check_int, check_square_maps
 from .masks import causal_mask, prefix_lm_mask
+from .grouped_query import GroupedQueryAttention
 from .multihead import MultiHeadAttention
 from .tasks import LOOKUP_TASKS, answer_keys
 
@@ -48,7 +49,7 @@ def _as_3d_mask(mask: torch.Tensor | None, B: int, L_q: int, L_k: int) -> torch.
 
 @dataclass
 class AttentionCall:
-    """One call of a :class:`MultiHeadAttention` during a recorded forward pass.
+    """One call of an attention module during a recorded forward pass.
 
     ``query`` (B, L_q, D), ``key`` and ``value`` (B, L_k, D) are the tensors the module received
     (detached); ``masks`` (B, L_q, L_k) is the boolean mask each sequence got (``None`` is
@@ -92,9 +93,34 @@ class AttentionCall:
         return f"{L_q} x {L_k}"
 
 
+def _attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, (MultiHeadAttention, GroupedQueryAttention))]
+
+
+def _call_inputs(module: nn.Module, bound: inspect.BoundArguments):
+    """(query, key, value, mask, cached length, causal) of one attention call, whatever the module.
+
+    A :class:`GroupedQueryAttention` attends from ``x`` to ``x`` (plus its cache), and its
+    ``causal=True`` is part of the mask it applies, so the recorded mask includes it."""
+    args = bound.arguments
+    cache, layer = args.get("cache"), args.get("layer", 0)
+    past = cache.lengths[layer] if cache is not None else 0
+    if isinstance(module, GroupedQueryAttention):
+        x = args["x"]
+        return x, x, x, args.get("mask"), past, bool(args.get("causal"))
+    q, k, v = args["query"], args.get("key"), args.get("value")
+    k = q if k is None else k
+    v = k if v is None else v
+    return q, k, v, args.get("mask"), past, False
+
+
 @contextlib.contextmanager
 def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[AttentionCall]]:
-    """Record every :class:`MultiHeadAttention` call inside the ``with`` block.
+    """Record every attention call inside the ``with`` block: every
+    :class:`~transformer_lib.multihead.MultiHeadAttention` and
+    :class:`~transformer_lib.grouped_query.GroupedQueryAttention` of any model of the library
+    (encoder-decoders, GPTs, the toy models, MiniLM's encoder, SmolLM2's blocks), as the same
+    :class:`AttentionCall` records.
 
     Usage::
 
@@ -106,37 +132,43 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
     module was called with one sequence), as cross-attention when they are another tensor.
     ``weights=True`` makes every call return and record its weights (B, H, L_q, L_k): it
     switches the modules to the readable path, which materializes them (the fused fast path
-    never does). With ``weights=False`` the model computes exactly what it computes unrecorded.
+    never does); the outputs agree to float rounding (tested). With ``weights=False`` the model
+    computes exactly what it computes unrecorded. With a KV cache, ``key``/``value`` are the new
+    states only, while ``masks`` and ``weights`` span every cached key too.
     """
     if not isinstance(model, nn.Module):
-        raise ValueError(f"expected an nn.Module, got {type(model).__name__}")
-    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    modules = _attention_modules(model)
     if not modules:
-        raise ValueError(f"{type(model).__name__} contains no MultiHeadAttention module to record")
+        raise ValueError(f"{type(model).__name__} contains no attention module to record")
     calls: list[AttentionCall] = []
-    signature = inspect.signature(MultiHeadAttention.forward)
+    signatures = {cls: inspect.signature(cls.forward) for cls in (MultiHeadAttention, GroupedQueryAttention)}
+    pending: dict[int, tuple] = {}  # id(module) -> its call's inputs, read before the cache grows
 
-    def ask_for_weights(module, args, kwargs):
-        bound = signature.bind(module, *args, **kwargs)
-        bound.arguments["need_weights"] = True
-        return bound.args[1:], bound.kwargs  # without ``self``
+    def before(module, args, kwargs):
+        cls = GroupedQueryAttention if isinstance(module, GroupedQueryAttention) else MultiHeadAttention
+        bound = signatures[cls].bind(module, *args, **kwargs)
+        bound.apply_defaults()
+        pending[id(module)] = _call_inputs(module, bound)
+        if weights:
+            bound.arguments["need_weights"] = True
+            return bound.args[1:], bound.kwargs  # without ``self``
+        return None
 
     def hook_for(name: str) -> Callable:
-        def hook(module, args, kwargs, output):
-            bound = signature.bind(module, *args, **kwargs)
-            bound.apply_defaults()
-            q, k, v, mask = (bound.arguments[n] for n in ("query", "key", "value", "mask"))
-            k = q if k is None else k
-            v = k if v is None else v
+        def after(module, args, kwargs, output):
+            q, k, v, mask, past, causal = pending.pop(id(module))
+            L_q, L_k = q.shape[1], past + k.shape[1]
+            masks = _as_3d_mask(mask, q.shape[0], L_q, L_k)
+            if causal:
+                masks = masks & causal_mask(L_q, L_k)
             w = output[1].detach() if weights else None  # (B, H, L_q, L_k)
-            calls.append(AttentionCall(name, q.detach(), k.detach(), v.detach(),
-                                       _as_3d_mask(mask, q.shape[0], q.shape[1], k.shape[1]), mask is not None,
+            calls.append(AttentionCall(name, q.detach(), k.detach(), v.detach(), masks, mask is not None or causal,
                                        is_self=(k is q and v is q), output=output[0].detach(), weights=w))
-        return hook
+        return after
 
-    handles = [m.register_forward_hook(hook_for(name), with_kwargs=True) for name, m in modules]
-    if weights:
-        handles += [m.register_forward_pre_hook(ask_for_weights, with_kwargs=True) for _, m in modules]
+    handles = [m.register_forward_pre_hook(before, with_kwargs=True) for _, m in modules]
+    handles += [m.register_forward_hook(hook_for(name), with_kwargs=True) for name, m in modules]
     try:
         yield calls
     finally:

@@ -15,9 +15,11 @@ distribution. A decoding strategy turns that into one token:
   extend each by every token, keep the best again; returns the best finished one.
 
 Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, V).
-:func:`generate_ids` runs a decoder token by token, with or without its KV cache
-(:mod:`transformer_lib.kv_cache`); :func:`beam_search` reorders the cache as beams survive.
-The model protocol: ``model(ids (B, L), cache=None, last_only=True) -> logits (B, 1, V)`` and
+:func:`generate` runs a decoder token by token on a batch, with or without its KV cache
+(:mod:`transformer_lib.kv_cache`); :func:`generate_ids` is the same loop for one prompt given as
+a list of ids; :func:`beam_search` reorders the cache as beams survive. They drive every decoder of
+the library (``DecoderOnlyLM``, SmolLM2's ``LlamaDecoder``, ``Seq2SeqTransformer.conditioned_on``)
+through one protocol: ``model(tokens (B, L), cache=None) -> logits (B, L, V)`` and
 ``model.new_cache() -> KVCache``.
 """
 from __future__ import annotations
@@ -26,29 +28,25 @@ import math
 
 import torch
 
+from ._checks import (check_id_list, check_int, check_logits, check_prompt_ids, check_real, check_token_ids)
+
 __all__ = ["apply_temperature", "top_k_filter", "top_p_filter", "apply_repetition_penalty",
-           "next_token_probs", "sample_next", "generate_ids", "beam_search"]
-
-
-def _check_logits(logits: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor) or logits.dim() not in (1, 2) or not logits.is_floating_point():
-        raise ValueError(f"logits must be a float tensor (V,) or (B, V), got "
-                         f"{getattr(logits, 'dtype', type(logits))} of shape {tuple(getattr(logits, 'shape', ()))}")
+           "next_token_probs", "sample_next", "generate", "generate_ids", "beam_search"]
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """z / T (T > 0). Use greedy (argmax) for T = 0."""
-    _check_logits(logits)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 here (0 means greedy: take the argmax), got {temperature}")
+    check_logits(logits)
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0:
+        raise ValueError("temperature must be > 0 here (0 means greedy: take the argmax), got 0")
+    check_real("temperature", temperature, 0, low_open=True)
     return logits / temperature
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k largest logits per row (ties with the k-th are kept), others -> -inf."""
-    _check_logits(logits)
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"top_k must be a positive integer, got {k!r}")
+    check_logits(logits)
+    check_int("top_k", k)
     k = min(k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -58,12 +56,15 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens with total probability >= p, others -> -inf.
 
     Sort descending; token i (in sorted order) is kept when the mass *before* it is < p, so the
-    kept prefix is the shortest one whose mass reaches p (the top token is always kept)."""
-    _check_logits(logits)
-    if not 0 < p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    kept prefix is the shortest one whose mass reaches p (the top token is always kept). The
+    running sum is taken in float64: in float32 it saturates below 1 after a few thousand small
+    probabilities, and p = 1 would then drop tokens; p = 1 keeps every token by definition."""
+    check_logits(logits)
+    check_real("top_p", p, 0, 1, low_open=True)
+    if p == 1:
+        return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
-    probs = sorted_logits.softmax(dim=-1)
+    probs = sorted_logits.double().softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the tokens ranked above
     keep_sorted = mass_before < p
     keep_sorted[..., 0] = True
@@ -75,13 +76,10 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids, penalty: float)
     """The sign-aware repetition penalty on the tokens in ``previous_ids`` (1-D ids, for a (V,) row
     or every row): positive logits are divided by ``penalty``, negative ones multiplied (CTRL's
     original divided both). ``penalty=1`` is a no-op."""
-    _check_logits(logits)
-    if not penalty > 0:
-        raise ValueError(f"repetition penalty must be > 0 (1 = none), got {penalty}")
-    if penalty == 1:
-        return logits
-    ids = torch.as_tensor(previous_ids, dtype=torch.long, device=logits.device).unique()
-    if ids.numel() == 0:
+    check_logits(logits)
+    check_real("repetition_penalty", penalty, 0, low_open=True)
+    ids = check_id_list("previous_ids", previous_ids, logits.shape[-1]).to(logits.device).unique()
+    if penalty == 1 or ids.numel() == 0:
         return logits
     seen = logits[..., ids]
     out = logits.clone()
@@ -93,9 +91,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
                      top_p: float | None = None, repetition_penalty: float = 1.0, previous_ids=()) -> torch.Tensor:
     """The distribution a strategy samples from (what chapter 17 plots). ``temperature=0``: a
     one-hot vector on the argmax (greedy)."""
-    _check_logits(logits)
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check_logits(logits)
+    check_real("temperature", temperature, 0)
     logits = apply_repetition_penalty(logits, previous_ids, repetition_penalty)
     if temperature == 0:
         return torch.zeros_like(logits).scatter(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -115,48 +112,82 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if temperature == 0:
         return probs.argmax(-1)
     flat = probs.reshape(-1, probs.shape[-1])  # (B, V)
+    if generator is not None and generator.device != flat.device:  # draw where the generator lives
+        return torch.multinomial(flat.to(generator.device), 1, generator=generator).to(flat.device).reshape(
+            probs.shape[:-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
 
-def _generator(seed: int | None, device) -> torch.Generator | None:
+def _generator(seed: int | None, generator: torch.Generator | None, device) -> torch.Generator | None:
+    if seed is not None and generator is not None:
+        raise ValueError("pass seed or generator, not both")
     if seed is None:
-        return None
-    return torch.Generator(device=device).manual_seed(int(seed))
+        return generator
+    check_int("seed", seed, 0)
+    return torch.Generator(device=device).manual_seed(seed)
 
 
-def _prompt_batch(model, prompt_ids) -> torch.Tensor:
-    """The prompt as a (1, L) batch of token ids on the model's device; an empty prompt is an error."""
-    device = next(model.parameters()).device
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)  # (1, L)
-    if ids.shape[1] == 0:
-        raise ValueError("the prompt must hold at least one token")
-    return ids
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+             top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
+             generator: torch.Generator | None = None, eos_id: int | None = None, use_cache: bool = True,
+             context: int | None = None) -> torch.Tensor:
+    """Extend every row of ``tokens`` (B, L) by up to ``max_new_tokens``: returns (B, L + n).
+
+    The one generation loop of the library. With ``use_cache`` the prompt is run once (prefill) and
+    each later step feeds only the newest token; without it every step re-runs the whole sequence
+    (same tokens, more work). A row that has produced ``eos_id`` keeps producing it, and the loop
+    stops once every row has. ``context`` feeds the model only the last ``context`` tokens: once the
+    sequence is longer, the cache is dropped, because a sliding window shifts every position (a
+    cached key was computed at its old position). ``repetition_penalty`` looks at each row's own
+    tokens, prompt included.
+    """
+    check_token_ids(tokens, torch.iinfo(torch.long).max)
+    check_int("max_new_tokens", max_new_tokens, 0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0)
+    if context is not None:
+        check_int("context", context)
+    if tokens.shape[1] == 0:
+        raise ValueError("tokens must hold at least one token per row (the prompt)")
+    tokens = tokens.to(_device(model))
+    gen = _generator(seed, generator, tokens.device)
+    cache = model.new_cache() if use_cache else None
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)  # (B,) rows past EOS
+    feed = tokens  # what the next forward pass sees
+    for _ in range(max_new_tokens):
+        if context is not None and (0 if cache is None else cache.length) + feed.shape[1] > context:
+            cache, feed = None, tokens[:, -context:]  # the window slides: recompute it whole
+        logits = model(feed, cache=cache)[:, -1].float()  # (B, V)
+        if repetition_penalty != 1:
+            logits = torch.stack([apply_repetition_penalty(row, seen, repetition_penalty)
+                                  for row, seen in zip(logits, tokens)])  # each row's own history
+        token = sample_next(logits, temperature, top_k, top_p, gen)  # (B,)
+        if eos_id is not None:
+            token = token.masked_fill(done, eos_id)
+            done = done | (token == eos_id)
+        tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, L + 1)
+        if bool(done.all()):
+            break
+        feed = tokens[:, -1:] if cache is not None else tokens
+    return tokens
 
 
 @torch.no_grad()
 def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
                  eos_id: int | None = None, use_cache: bool = True) -> list[int]:
-    """New token ids after ``prompt_ids`` (1-D), one at a time, stopping at ``eos_id`` (kept).
-
-    With ``use_cache`` the prompt is run once (prefill) and each later step feeds only the newest
-    token; without it every step re-runs the whole sequence (same tokens, more work)."""
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    ids = _prompt_batch(model, prompt_ids)  # (1, L)
-    gen = _generator(seed, ids.device)
-    cache = model.new_cache() if use_cache else None
-    new: list[int] = []
-    feed = ids  # what the next forward pass sees
-    for _ in range(max_new_tokens):
-        logits = model(feed, cache=cache, last_only=True)[0, -1]  # (V,)
-        token = int(sample_next(logits, temperature, top_k, top_p, gen, repetition_penalty, ids[0]))
-        new.append(token)
-        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)  # (1, L + 1)
-        if eos_id is not None and token == eos_id:
-            break
-        feed = ids[:, -1:] if use_cache else ids
-    return new
+    """New token ids after ``prompt_ids`` (one 1-D prompt), stopping at ``eos_id`` (kept): a
+    one-row :func:`generate`."""
+    check_prompt_ids(prompt_ids)
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long)[None]  # (1, L)
+    out = generate(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed,
+                   eos_id=eos_id, use_cache=use_cache)
+    return out[0, ids.shape[1]:].tolist()
 
 
 @torch.no_grad()
@@ -169,14 +200,16 @@ def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: 
     the best live beam. With ``length_penalty=0`` that is exact (a live beam's sum of log-probs
     can only fall); with a positive penalty a longer beam's normalized score can still rise, so
     the stop is a heuristic, like ``transformers``' default ``early_stopping=False``."""
-    if not isinstance(num_beams, int) or num_beams < 1:
-        raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    prompt = _prompt_batch(model, prompt_ids)  # (1, L)
-    device = prompt.device
+    check_int("num_beams", num_beams)
+    check_int("max_new_tokens", max_new_tokens)
+    check_real("length_penalty", length_penalty)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0)
+    check_prompt_ids(prompt_ids)
+    device = _device(model)
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)[None]  # (1, L)
     cache = model.new_cache()
-    log_probs = model(prompt, cache=cache, last_only=True)[:, -1].log_softmax(-1)  # (1, V)
+    log_probs = model(prompt, cache=cache)[:, -1].log_softmax(-1)  # (1, V)
     beams: list[list[int]] = [[]]
     scores = torch.zeros(1, device=device)  # (K,) sum of log-probs per live beam
     finished: list[tuple[float, list[int]]] = []
@@ -205,7 +238,7 @@ def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: 
         cache.reorder(torch.tensor(parents, device=device))  # each beam keeps its parent's past
         beams, scores = next_beams, torch.tensor(next_scores, device=device)
         last = torch.tensor([[b[-1]] for b in beams], device=device)  # (K, 1)
-        log_probs = model(last, cache=cache, last_only=True)[:, -1].log_softmax(-1)  # (K, V)
+        log_probs = model(last, cache=cache)[:, -1].log_softmax(-1)  # (K, V)
     candidates = finished + [(normalized(s, len(b)), b) for s, b in zip(next_scores, next_beams)]
     best = max(candidates, key=lambda c: c[0])
     return best[1], best[0]

@@ -44,7 +44,7 @@ class TokenModel(nn.Module):
 
     ``same_init=True`` starts every block as a copy of one block (as
     :class:`~transformer_lib.model.Encoder` does); otherwise each block draws its own weights.
-    ``norm`` is the class of the final norm. :meth:`hidden` returns the states after the last
+    ``norm`` is the class of the final norm. :meth:`last_block_states` returns the states after the last
     block, before the final norm: (B, L, d_model).
     """
 
@@ -69,13 +69,13 @@ class TokenModel(nn.Module):
             self.blocks = nn.ModuleList(block() for _ in range(num_layers))
         self.norm = norm(d_model)  # Pre-LN blocks leave the last residual stream unnormalized
 
-    def hidden(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def last_block_states(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids -> (B, L, d_model) states after the last block (before ``norm``)."""
         check_tokens(tokens)
-        return self._hidden(tokens, mask)
+        return self._last_block_states(tokens, mask)
 
-    def _hidden(self, tokens: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`hidden` without the input check, for the subclasses' ``forward``."""
+    def _last_block_states(self, tokens: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`last_block_states` without the input check, for the subclasses' ``forward``."""
         x = self.pos(self.embed(tokens))  # (B, L, D)
         for block in self.blocks:
             x = block(x, mask)  # (B, L, D)
@@ -107,7 +107,7 @@ class TokenClassifier(TokenModel):
         check_tokens(tokens)
         L = tokens.shape[1]
         mask = causal_mask(L, device=tokens.device) if self.causal else None  # (L, L) or none
-        return self.head(self.norm(self._hidden(tokens, mask)))  # (B, L, num_classes)
+        return self.head(self.norm(self._last_block_states(tokens, mask)))  # (B, L, num_classes)
 
 
 class LookupModel(TokenModel):
@@ -133,7 +133,7 @@ class LookupModel(TokenModel):
     def forward(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         check_tokens(tokens)
         mask = causal_mask(tokens.shape[1], device=tokens.device)  # (L, L)
-        x = self.norm(self._hidden(tokens, mask))  # (B, L, D)
+        x = self.norm(self._last_block_states(tokens, mask))  # (B, L, D)
         return {task: readout(x) for task, readout in self.readouts.items()}  # each (B, L, classes)
 
 
@@ -154,7 +154,7 @@ class TransformerClassifier(TokenModel):
         self.head = nn.Linear(d_model, num_classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.hidden(tokens)  # (B, L, D), checked; no mask: every position sees every other
+        x = self.last_block_states(tokens)  # (B, L, D), checked; no mask: every position sees every other
         return self.head(self.norm(x[:, -1]))  # (B, num_classes)
 
 

