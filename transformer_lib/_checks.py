@@ -203,7 +203,7 @@ def check_logits(logits, name: str = "logits") -> None:
 def check_id_list(name: str, ids, vocab_size: int) -> torch.Tensor:
     """Token ids already seen (1-D, any length, integers in ``[0, vocab_size)``); returned as a long
     tensor. An id of -1 would otherwise index the last vocabulary entry."""
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.long)
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
     if t.numel() == 0:
         return t.reshape(0).long()
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
