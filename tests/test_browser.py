@@ -107,6 +107,7 @@ def test_page_loads_clean_with_math_and_figures(browser, site, name):
         # every image, visible or in a hidden widget panel, decodes to a non-empty picture
         sizes = page.evaluate("""async () => {
             const imgs = [...document.querySelectorAll('article img')];
+            imgs.forEach(i => i.loading = 'eager');  // frames load lazily: fetch them all here
             await Promise.all(imgs.map(i => i.decode().catch(() => null)));
             return imgs.map(i => [i.getAttribute('alt') || i.currentSrc.slice(0, 80), i.naturalWidth, i.naturalHeight]);
         }""")
@@ -307,14 +308,95 @@ def test_dark_mode_figures_sit_on_a_light_card(browser, site, name):
 
 
 def test_launch_buttons_load_nothing_until_clicked(browser, site):
-    """The Binder and JupyterHub links are on the page, and opening it fetched nothing off-machine."""
+    """The Binder link is on the page, no JupyterHub link points at a hub the site does not have,
+    and opening the page fetched nothing off-machine."""
     name = CHAPTER_PAGES[0]
     page, log = open_page(browser, site, name)
     try:
         hrefs = page.evaluate("() => [...document.querySelectorAll('a')].map(a => a.href)")
         assert any("/v2/gh/" in h and "urlpath=lab" in h for h in hrefs), "no Binder button"
-        assert any("/hub/user-redirect/git-pull?" in h for h in hrefs), "no JupyterHub button"
+        assert not any("/hub/user-redirect/git-pull?" in h for h in hrefs), "a JupyterHub button without a hub"
+        assert not any(urlparse(h).hostname == "localhost" for h in hrefs), "a link to localhost"
         assert any(h.endswith(f"_sources/{name}.ipynb") for h in hrefs), "no download button"
         assert not log.problems, "\n".join(log.problems)
     finally:
         page.close()
+
+
+# -- width at 1280 px, dark-mode contrast ------------------------------------------------------
+_WIDTH_JS = """() => {
+  const pres = [...document.querySelectorAll('article div.cell_input pre')];
+  const probe = document.createElement('span'); probe.textContent = 'x'.repeat(100);
+  let fits = null;
+  if (pres.length) { pres[0].appendChild(probe); const cs = getComputedStyle(pres[0]);
+    fits = Math.floor((pres[0].clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight))
+                      / (probe.getBoundingClientRect().width / 100)); probe.remove(); }
+  const wideCode = pres.map((p, k) => [k, p.scrollWidth - p.clientWidth]).filter(x => x[1] > 1).map(x => x[0]);
+  const wideMath = [...document.querySelectorAll('article mjx-container[display="true"]')]
+    .filter(c => { const m = c.querySelector('mjx-math'); return m && m.getBoundingClientRect().width > c.clientWidth + 1; })
+    .map(c => (c.querySelector('mjx-assistive-mml') || c).textContent.slice(0, 60));
+  return {fits, wideCode, wideMath, n: pres.length};
+}"""
+
+
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
+def test_code_and_display_math_fit_the_column_at_1280px(browser, site, name):
+    """The column holds CODE_WIDTH characters of code (what `bookkit.notebooks format` folds to),
+    no formatted code cell is wider than its column, and no display equation is (they are scaled)."""
+    import json
+    from bookkit.notebooks import CODE_WIDTH, format_code
+    page, log = open_page(browser, site, name, viewport=DESKTOP)
+    try:
+        page.wait_for_timeout(200)  # fit-math.js runs right after MathJax's promise
+        r = page.evaluate(_WIDTH_JS)
+    finally:
+        page.close()
+    if r["n"]:
+        assert r["fits"] >= CODE_WIDTH, f"{name}: the code column holds {r['fits']} characters, not {CODE_WIDTH}"
+    assert not r["wideMath"], f"{name}: display equations wider than the column: {r['wideMath'][:3]}"
+    nb = json.loads((book.CHAPTERS_DST / f"{Path(name).name}.ipynb").read_text(encoding="utf8"))
+    shown = [c for c in nb["cells"] if c["cell_type"] == "code" and "remove-input" not in c["metadata"].get("tags", [])
+             and "remove-cell" not in c["metadata"].get("tags", [])]
+    sources = ["".join(c["source"]) for c in shown]
+    if len(sources) == r["n"]:  # pre k is code cell k: a formatted cell must fit
+        unfit = [k for k in r["wideCode"] if format_code(sources[k]) == sources[k]
+                 and max(map(len, sources[k].split("\n"))) <= CODE_WIDTH]
+        assert not unfit, f"{name}: formatted code cells wider than the column: {[sources[k][:50] for k in unfit]}"
+
+
+_CONTRAST_JS = (Path(__file__).parent / "_contrast.js")
+
+
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
+def test_dark_mode_follows_the_system_and_keeps_aa_contrast(browser, site, name):
+    """With the system in dark mode the book opens dark (no click), and widget titles, labels,
+    notes and printed text, code (comments included) and prose all reach 4.5:1 against the
+    background they are drawn on."""
+    context = browser.new_context(color_scheme="dark", viewport=DESKTOP)
+    page = context.new_page()
+    log = PageLog(page, site)
+    try:
+        page.goto(f"{site}/{name}.html", wait_until="load")
+        wait_for_mathjax(page)
+        assert page.evaluate("() => document.documentElement.dataset.theme") == "dark", "the system's dark mode is ignored"
+        low = page.evaluate(_CONTRAST_JS.read_text())
+        assert not low, f"{name}: text below 4.5:1 in dark mode (element, ratio, colour, text): {low[:5]}"
+        if name.endswith("03-multi-head-attention"):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.locator(".tlib-widget").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOTS / "dark-03-widget.png"), full_page=False)
+        assert not log.problems, "\n".join(log.problems)
+    finally:
+        context.close()
+
+
+def test_contrast_check_catches_low_contrast(browser):
+    """The contrast measure itself: grey on grey fails, the theme's text passes."""
+    page = browser.new_page()
+    try:
+        page.set_content("<article><div class='tlib-widget' style='background:#29313d'><b style='color:#222832'>low</b>"
+                         "<label style='color:#ced6dd'>ok</label></div></article>")
+        low = page.evaluate(_CONTRAST_JS.read_text())
+    finally:
+        page.close()
+    assert [x[3] for x in low] == ["low"]
