@@ -59,13 +59,14 @@ pdf: venv browser-deps
 dist: book pdf
 	$(PY) -m bookkit.dist
 
-# Debian's Chromium for tests/test_browser.py: installed only when /usr/bin/chromium is missing.
+# Debian's Chromium for tests/test_browser.py and `make pdf`, and poppler-utils (pdftoppm) with which
+# tests/test_pdf.py looks at the printed pages: installed only when missing.
 browser-deps:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/bin/chromium ] && command -v pdftoppm >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1; then \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
-	else echo "browser-deps: no apt-get here; install Chromium as /usr/bin/chromium or the browser test is skipped"; fi
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium poppler-utils; \
+	else echo "browser-deps: no apt-get here; install Chromium as /usr/bin/chromium and poppler-utils or the browser tests are skipped"; fi
 
 # A C++ compiler for torch.compile (the flex kernel) and torch.utils.cpp_extension (the fused
 # kernel, chapter 8): Debian's g++, installed only when there is none; without one both kernels
