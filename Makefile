@@ -124,7 +124,13 @@ sandbox-deps:
 	else echo "sandbox-deps: no apt-get here; install bubblewrap (bwrap) or the course test is skipped"; fi
 
 # configurable-http-proxy for deploy/jupyterhub, from npm into deploy/jupyterhub/node_modules.
-hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy
+# ngshare's nbgrader exchange plugin, without its declared dependencies: its metadata pins
+# jupyter-core<4.11.2; it works with jupyter-core 5 (tests/test_hub.py runs it).
+hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy $(VENV)/.ngshare-exchange
+
+$(VENV)/.ngshare-exchange: $(STAMP)
+	$(PIP) install -q --no-deps "ngshare-exchange==0.5.3"
+	touch $@
 
 deploy/jupyterhub/node_modules/.bin/configurable-http-proxy: deploy/jupyterhub/package.json deploy/jupyterhub/package-lock.json
 	cd deploy/jupyterhub && npm ci --no-audit --no-fund
