@@ -234,3 +234,36 @@ def test_gguf_blocks_generate(smollm2_pair):
     dense, kept = smollm2_pair
     question = [{"role": "user", "content": "What is the capital of France?"}]
     assert kept.generate_ids(question, max_new_tokens=12) == dense.generate_ids(question, max_new_tokens=12)
+
+
+# -- chapter 19's exercises ---------------------------------------------------------------------
+
+def _answers():
+    import importlib.util as iu
+    from pathlib import Path
+    spec = iu.spec_from_file_location("ch19_answers", Path(__file__).parent / "exercise_answers" / "ch19_quantization.py")
+    module = iu.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ANSWERS
+
+
+@pytest.mark.parametrize("name", ["quantization.absmax_int8", "quantization.q4_1_block", "quantization.decode_ceiling"])
+def test_exercise_checkers(name):
+    from transformer_lib.exercises import REGISTRY
+    entry = _answers()[name]
+    assert REGISTRY[name].run(entry["solution"]())
+    for right in entry["alternatives"]():
+        assert REGISTRY[name].run(right), right
+    for wrong in entry["wrong"]():
+        result = REGISTRY[name].run(wrong)
+        assert not result and "NOT YET" in str(result), wrong
+
+
+def test_roofline_arguments():
+    from transformer_lib.quantization import decode_ceiling, flops_per_byte
+    assert decode_ceiling(540e6, 15.0) == pytest.approx(15e9 / 540e6)
+    assert flops_per_byte(1, 32) == 0.5 and flops_per_byte(256, 5) == pytest.approx(819.2)
+    with pytest.raises(ValueError, match="weight_bytes"):
+        decode_ceiling(0, 15.0)
+    with pytest.raises(TypeError, match="bandwidth_gb_s"):
+        decode_ceiling(1e6, "fast")

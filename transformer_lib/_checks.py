@@ -456,3 +456,15 @@ def check_matvec_input(x, in_features: int) -> None:
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point() or x.dim() == 0 or x.shape[-1] != in_features:
         raise ValueError(f"x must be a float tensor (..., {in_features}), got {x.dtype} of shape {tuple(x.shape)}")
+
+
+def check_positive_reals(**values) -> None:
+    """Each named value must be a positive finite real number (bytes, GB/s, rows, bits per weight)."""
+    import math
+    import numbers
+
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

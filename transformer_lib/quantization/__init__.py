@@ -7,15 +7,17 @@ with its GGUF file's own 4-bit blocks.
   compiled (``matvec``: C++, AVX-512 when the CPU has it, threads with ``at::parallel_for``).
 - :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits)``,
   which swaps them into a model in place; :func:`transformer_lib.sampling.generate_ids` drives it.
+- :mod:`.roofline`: the bandwidth ceiling of decoding, and prefill's arithmetic intensity.
 - :mod:`.gguf_blocks`: ``load_smollm2_quantized``, no dequantization at load.
 """
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
 from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
 from .kernels import kernel_available, matvec, matvec_reference, simd_available
+from .roofline import decode_ceiling, flops_per_byte
 from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
            "round_trip", "kernel_available", "simd_available", "matvec", "matvec_reference", "QuantizedLinear",
            "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
-           "read_gguf_blocks"]
+           "read_gguf_blocks", "decode_ceiling", "flops_per_byte"]

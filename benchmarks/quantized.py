@@ -1,0 +1,220 @@
+"""Quantized decoding: tokens/s and perplexity of SmolLM2 in float32, int8 and int4, with
+transformers and llama.cpp beside them (issue 31, chapter 19).
+
+    nice .venv/bin/python benchmarks/quantized.py            # the full table (a few minutes)
+    .venv/bin/python benchmarks/quantized.py --quick         # 16 new tokens, one round, short text
+
+Setting: SmolLM2-135M-Instruct from the packaged GGUF, batch 1, CPU, greedy, 64 new tokens after
+a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
+
+* float32     - ``load_smollm2`` (every tensor dequantized to float32) + ``sampling.generate_ids``;
+* int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
+* int4        - the float32 model after ``quantize(model, 4)`` (q4_1 blocks, our quantizer);
+* int4 (file) - ``load_smollm2_quantized``: the file's own Q4_1 blocks (and Q8_0 embedding), kept;
+* transformers - its ``generate`` on the model it reads from the same GGUF (float32);
+* llama.cpp   - ``llama-cpp-python`` on the same GGUF file (skipped when it is not installed:
+                ``pip install llama-cpp-python`` builds it from source, a few minutes).
+
+Method: one warm-up each, then ``--rounds`` rounds taking turns, median tokens/s (prefill
+included, as a user sees it). Perplexity: non-overlapping windows of 256 tokens of the book's
+own validation prose (written after SmolLM2 was trained: held out), and the same for the book's
+small float32 GPT (chapter 16) quantized the same way, whose float32 weights were never 4-bit.
+Greedy agreement: the share of the 64 greedy tokens equal to float32's. Caveat: SmolLM2's
+float32 weights are the file's 4-bit weights decoded, so its int4 rows measure re-quantization
+of a 4-bit grid, not of a float model; the book GPT rows are the true float-to-int measurement.
+
+It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
+its load average) for chapter 19. Run it on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from _results import describe, machine, write_results  # noqa: E402
+
+from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
+from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
+from transformer_lib.quantization import (kernel_available, load_smollm2_quantized, quantize,  # noqa: E402
+                                          simd_available, weight_bytes)
+from transformer_lib.sampling import generate_ids  # noqa: E402
+from transformer_lib.training import evaluate_lm  # noqa: E402
+
+TEXT = ("The history of computing is a story of people who wanted machines to do arithmetic for them. "
+        "Charles Babbage designed an engine of brass gears, Ada Lovelace wrote programs for it, and a "
+        "century later electronic computers filled whole rooms. Today a phone holds more memory than")
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def held_out_ids(encode, tokens: int) -> torch.Tensor:
+    _, val = split_paragraphs(load_corpus())
+    return torch.tensor(encode(val)[:tokens], dtype=torch.long)
+
+
+@torch.no_grad()
+def perplexity(model, ids: torch.Tensor, context: int) -> float:
+    return math.exp(evaluate_lm(model, ids, context, batch_size=1))
+
+
+def llama_cpp_generator(path: Path, threads: int):
+    """A function prompt ids -> 64 greedy ids from llama.cpp, or None when it is not installed."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None, None
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=512,
+                          n_batch=512, verbose=False, seed=0)
+
+    def run(prompt: list[int], new_tokens: int) -> list[int]:
+        llm.reset()
+        out = []
+        for token in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0, reset=True):
+            out.append(int(token))
+            if len(out) == new_tokens:
+                break
+        return out
+
+    return run, llama_cpp.__version__
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="16 new tokens, one round, 512 tokens of text")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
+    rounds, text_tokens = (1, 512) if args.quick else (args.rounds, 2048)
+    ok, why = kernel_available()
+    print(f"# kernel: {'built' if ok else 'NOT built (' + why + ')'}; AVX-512 path: {simd_available()}")
+
+    dense = load_smollm2("cpu")
+    encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
+    prompt = encode(TEXT * 4)[:prompt_len]
+    models = {"float32": dense.model, "int8": quantize(load_smollm2("cpu").model, 8),
+              "int4": quantize(load_smollm2("cpu").model, 4), "int4 (file)": load_smollm2_quantized("cpu").model}
+
+    path = smollm2_gguf_path()
+    from transformers import AutoModelForCausalLM, __version__ as tf_version
+    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    ref_ids = torch.tensor([prompt])
+    llama, llama_version = llama_cpp_generator(path, args.threads)
+
+    def ours(model):
+        return lambda: generate_ids(model, prompt, new_tokens, temperature=0.0, eos_id=None)
+
+    def reference():
+        with torch.no_grad():
+            out = ref.generate(ref_ids, attention_mask=torch.ones_like(ref_ids), max_new_tokens=new_tokens,
+                               min_new_tokens=new_tokens, do_sample=False, pad_token_id=dense.eos_id)
+        return out[0, len(prompt):].tolist()
+
+    runs = {name: ours(m) for name, m in models.items()}
+    runs["transformers"] = reference
+    if llama is not None:
+        runs["llama.cpp"] = lambda: llama(prompt, new_tokens)
+    tokens = {name: run() for name, run in runs.items()}  # warm-up, and the greedy tokens
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name].append(timed(run))
+    tok_s = {name: new_tokens / statistics.median(t) for name, t in times.items()}
+
+    # the roofline's two numbers: bandwidth of one float32 matrix-vector product (the tied head,
+    # 49,152 x 576 = 113 MB, far larger than the caches) and the kernel on the same matrix; prefill's rate
+    from transformer_lib.profiling import median_time
+    head = dense.model.embed.weight  # (V, D) float32
+    x1 = torch.randn(1, head.shape[1])
+    t_head = median_time(lambda: x1 @ head.T, repeat=7)
+    gemv = {"float32": {"ms": 1e3 * t_head, "MB": head.numel() * 4 / 1e6}}
+    for name in ("int8", "int4 (file)"):
+        layer = models[name].embed.head
+        t = median_time(lambda: layer(x1), repeat=7)
+        gemv[name] = {"ms": 1e3 * t, "MB": layer.blocks.numel() / 1e6}
+    for g in gemv.values():
+        g["GB_per_s"] = g["MB"] / 1e3 / (g["ms"] / 1e3)
+    long_prompt = torch.tensor([encode(TEXT * 8)[:256]])
+    prefill = {}
+    for name in ("float32", "int4 (file)"):
+        with torch.no_grad():
+            t = median_time(lambda: models[name](long_prompt), repeat=3)
+        prefill[name] = long_prompt.shape[1] / t
+
+    ids = held_out_ids(encode, text_tokens)
+    ppl = {name: perplexity(m, ids, context) for name, m in models.items()}
+    gpt, gpt_tok, _ = load_gpt_checkpoint()
+    gpt_ids = torch.tensor(gpt_tok.encode(split_paragraphs(load_corpus())[1]), dtype=torch.long)
+    gpt_ctx = min(128, gpt.pos.max_len if hasattr(gpt, "pos") and hasattr(gpt.pos, "max_len") else 128)
+    gpt_ppl = {"float32": perplexity(gpt, gpt_ids, gpt_ctx)}
+    for bits in (8, 4):
+        g, _, _ = load_gpt_checkpoint()
+        gpt_ppl[f"int{bits}"] = perplexity(quantize(g, bits), gpt_ids, gpt_ctx)
+
+    base = tok_s["float32"]
+    rows = []
+    for name in runs:
+        agree = sum(a == b for a, b in zip(tokens[name], tokens["float32"])) / new_tokens
+        row = {"generator": name, "tokens_per_s": round(tok_s[name], 2), "vs_float32": round(tok_s[name] / base, 2),
+               "greedy_agreement": round(agree, 3)}
+        if name in models:
+            row["weight_MB"] = round(weight_bytes(models[name]) / 1e6, 1)
+            row["perplexity"] = round(ppl[name], 4)
+            row["perplexity_change_pct"] = round(100 * (ppl[name] / ppl["float32"] - 1), 3)
+        rows.append(row)
+    gpt_rows = [{"weights": k, "perplexity": round(v, 4),
+                 "perplexity_change_pct": round(100 * (v / gpt_ppl["float32"] - 1), 3)} for k, v in gpt_ppl.items()]
+
+    print(f"# SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; {args.threads} threads; "
+          f"transformers {tf_version}; llama.cpp {llama_version or 'not installed (row skipped)'}")
+    print(f"# {describe(machine())}")
+    print(f"{'generator':<14}{'tokens/s':>10}{'x fp32':>8}{'agree':>7}{'MB':>8}{'ppl':>9}{'dppl %':>8}")
+    for r in rows:
+        extra = (f"{r['weight_MB']:>8.1f}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}"
+                 if "perplexity" in r else "")
+        print(f"{r['generator']:<14}{r['tokens_per_s']:>10.1f}{r['vs_float32']:>8.2f}{r['greedy_agreement']:>7.2f}{extra}")
+    print(f"# perplexity on {len(ids)} held-out tokens (book validation prose), windows of {context}")
+    print(f"# the book's float32 GPT (chapter 16), {len(gpt_ids)} held-out tokens, windows of {gpt_ctx}:")
+    for r in gpt_rows:
+        print(f"{r['weights']:<14}{'':>10}{'':>8}{'':>7}{'':>8}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}")
+    print("# one matrix-vector product with the 49,152 x 576 head (batch 1):")
+    for name, g in gemv.items():
+        print(f"{name:<14}{g['ms']:>8.2f} ms {g['MB']:>7.1f} MB {g['GB_per_s']:>6.1f} GB/s")
+    print("# prefill of 256 tokens: " + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in prefill.items()))
+    targets = {"int8_speedup": tok_s["int8"] / base, "int4_speedup": tok_s["int4 (file)"] / base}
+    if "llama.cpp" in tok_s:
+        targets["llama_cpp_over_int4"] = tok_s["llama.cpp"] / tok_s["int4 (file)"]
+    print("targets: int8 >= 2x: {:.2f}x; int4 >= 3x: {:.2f}x; llama.cpp / int4 <= 1.5: {}".format(
+        targets["int8_speedup"], targets["int4_speedup"],
+        f"{targets['llama_cpp_over_int4']:.2f}" if "llama_cpp_over_int4" in targets else "n/a"))
+    if not args.no_write:
+        write_results("quantized", {
+            "setting": {"model": "SmolLM2-135M-Instruct (packaged Q4_1 GGUF)", "batch": 1, "device": "cpu",
+                        "decoding": "greedy", "prompt_tokens": prompt_len, "new_tokens": new_tokens,
+                        "threads": args.threads, "rounds": rounds, "transformers": tf_version,
+                        "llama_cpp": llama_version, "kernel_built": ok, "avx512_path": simd_available(),
+                        "perplexity_tokens": len(ids), "perplexity_context": context,
+                        "gpt_perplexity_tokens": len(gpt_ids), "gpt_perplexity_context": gpt_ctx},
+            "rows": rows, "book_gpt_rows": gpt_rows,
+            "head_gemv": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in gemv.items()},
+            "prefill_tokens": long_prompt.shape[1], "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()}, "targets": {k: round(v, 3) for k, v in targets.items()}})
+
+
+if __name__ == "__main__":
+    main()
