@@ -90,7 +90,8 @@ def wrap(model: nn.Module, strategy: str) -> nn.Module:
     """The model as the strategy trains it: itself ('hand'), in DDP, or sharded by FSDP2
     (each block one unit, then the root, which holds the tied embedding/head)."""
     if strategy == "ddp":
-        return nn.parallel.DistributedDataParallel(model)
+        device = next(model.parameters()).device
+        return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
         for block in model.blocks:
@@ -142,14 +143,16 @@ def train(rank: int, world_size: int, strategy: str, steps: int, global_batch: i
     check_distributed_run(strategy, steps, global_batch, world_size, seed)
     from .comm import bytes_sent
     ids, vocab_size = book_tokens()
-    model = wrap(build_model(vocab_size, seed, recipe), strategy)
+    nccl = dist.is_initialized() and dist.get_backend() == "nccl"  # torchrun on GPUs: one GPU per rank
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    model = wrap(build_model(vocab_size, seed, recipe).to(device), strategy)
     optimizer = make_adamw(model.module if strategy == "ddp" else model, recipe.lr, recipe.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_schedule(min(recipe.warmup_steps, steps - 1), steps))
     generator = torch.Generator().manual_seed(seed)  # the same global batches on every rank
     losses, sent = [], []
     for _ in range(steps):
         batch = lm_batch(ids, global_batch, recipe.context, generator)  # (B, context), identical on all ranks
-        rows = rank_rows(batch, rank, world_size)  # (B/N, context)
+        rows = rank_rows(batch, rank, world_size).to(device)  # (B/N, context)
         before = bytes_sent()
         loss = causal_lm_loss(model(rows), rows)  # mean over this rank's rows
         optimizer.zero_grad(set_to_none=True)

@@ -60,10 +60,14 @@ class _ReduceFromParallel(torch.autograd.Function):
 
 
 def copy_to_parallel(x: torch.Tensor) -> torch.Tensor:
+    """Enter a tensor-parallel region: ``x`` unchanged, but its gradient summed over the ranks
+    (each rank's slice of the layer contributes a part of dL/dx)."""
     return _CopyToParallel.apply(x)
 
 
 def reduce_from_parallel(x: torch.Tensor) -> torch.Tensor:
+    """Leave a tensor-parallel region: the sum of the ranks' partial outputs (the one
+    all-reduce); the gradient passes through unchanged, since every rank needs all of it."""
     return _ReduceFromParallel.apply(x)
 
 
