@@ -8,26 +8,6 @@ from ..distributed.zero import zero_bytes_per_rank
 from ._core import compare_value, exercise, require_function
 
 
-def _ring_bytes_simulated(size: float, n: int) -> float:
-    """Bytes rank 0 sends in a ring all-reduce of ``size`` bytes, counted step by step: the
-    tensor is cut into n chunks; n - 1 reduce-scatter steps then n - 1 all-gather steps, in each
-    of which every rank sends one chunk to its right-hand neighbour."""
-    chunk = size / n
-    sent = 0.0
-    for _phase in ("reduce-scatter", "all-gather"):
-        for _step in range(n - 1):
-            sent += chunk
-    return sent
-
-
-def _bubble_by_schedule(p: int, m: int) -> float:
-    """Idle fraction of a GPipe forward, from the schedule: stage s runs micro-batch i in time
-    slot s + i; count the (stage, slot) cells with nothing to run."""
-    slots = m + p - 1
-    busy = sum(1 for s in range(p) for t in range(slots) if 0 <= t - s < m)
-    return 1 - busy / (p * slots)
-
-
 @exercise("distributed.allreduce_bytes",
           hint="a ring all-reduce is a reduce-scatter then an all-gather; in each of the 2 (N - 1) steps a "
                "rank sends one chunk of size / N")
@@ -35,7 +15,12 @@ def _check_allreduce(answer):
     require_function(answer, "allreduce_bytes(size_bytes, world_size)")
     cases = [(1000, 1), (1000, 2), (4_000_000, 4), (600, 3), (2 ** 20, 8), (12_345, 5)]
     for size, n in cases:
-        compare_value(answer(size, n), _ring_bytes_simulated(size, n),
+        # the bytes rank 0 sends, counted step by step: the tensor is cut into n chunks; n - 1
+        # reduce-scatter steps then n - 1 all-gather steps, in each of which every rank sends one
+        # chunk to its right-hand neighbour
+        chunk = size / n
+        sent = sum(chunk for _phase in ("reduce-scatter", "all-gather") for _step in range(n - 1))
+        compare_value(answer(size, n), sent,
                       what=f"the bytes per rank for {size:,} bytes on {n} ranks", rtol=1e-9, atol=1e-9)
     return f"matches a step-by-step ring on all {len(cases)} (size, ranks) cases."
 
@@ -60,6 +45,9 @@ def _check_bubble(answer):
     require_function(answer, "bubble_fraction(stages, micro_batches)")
     cases = [(1, 1), (1, 8), (2, 1), (2, 4), (4, 4), (4, 16), (8, 3), (3, 32)]
     for p, m in cases:
-        compare_value(answer(p, m), _bubble_by_schedule(p, m),
+        # the schedule: stage s runs micro-batch i in time slot s + i; count the idle (stage, slot) cells
+        slots = m + p - 1
+        busy = sum(1 for s in range(p) for t in range(slots) if 0 <= t - s < m)
+        compare_value(answer(p, m), 1 - busy / (p * slots),
                       what=f"the bubble for {p} stages and {m} micro-batches", rtol=1e-9, atol=1e-12)
     return f"matches the counted GPipe schedule for all {len(cases)} (stages, micro-batches) cases."
