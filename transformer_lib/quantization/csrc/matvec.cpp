@@ -87,31 +87,35 @@ __attribute__((target("avx512f,f16c,fma"))) inline float half_f16c(const uint8_t
   return _cvtsh_ss(bits);
 }
 
-// R rows of W times NB rows of x per pass, NR and NB fixed at compile time so that every
-// accumulator lives in a register: two per (row, batch row) pair, so that the multiply-adds of
-// one step do not wait for each other (a multiply-add takes 4 cycles, two can start per cycle).
+// R rows of W times NB rows of x per pass, R and NB fixed at compile time so that every
+// accumulator lives in a register. Per block, the codes (as floats) times x are summed unscaled
+// into `blk`, then one multiply-add adds d times that sum to the row's total: one scale per block,
+// not one per weight. R = 4 rows give four independent chains of multiply-adds at batch 1 (a
+// multiply-add takes 4 cycles and two can start per cycle).
 template <int R, int NB>
 __attribute__((target("avx512f,f16c,fma"))) void q8_0_tile(const float* X, int64_t K, const uint8_t* W,
                                                            int64_t gs, float* O, int64_t N, int64_t n) {
   const int64_t G = K / gs, bpb = 2 + gs;
-  __m512 acc[R][NB][2];
+  __m512 total[R][NB];
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm512_setzero_ps();
+    for (int b = 0; b < NB; ++b) total[r][b] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    for (int64_t j = 0; j < gs; j += 16) {
-      const int half = (j / 16) & 1;  // alternate between the two accumulators
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* blk = W + ((n + r) * G + g) * bpb;
-        // 16 int8 -> 16 int32 -> 16 float, times the block's scale d: 16 weights of W
-        const __m512 w = _mm512_mul_ps(_mm512_set1_ps(half_f16c(blk)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + j)))));
-        for (int b = 0; b < NB; ++b)
-          acc[r][b][half] = _mm512_fmadd_ps(w, _mm512_loadu_ps(X + b * K + g * gs + j), acc[r][b][half]);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = W + ((n + r) * G + g) * bpb;
+      __m512 acc[NB];
+      for (int b = 0; b < NB; ++b) acc[b] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < gs; j += 16) {
+        // 16 int8 -> 16 int32 -> 16 float: the codes of 16 weights
+        const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + j))));
+        for (int b = 0; b < NB; ++b) acc[b] = _mm512_fmadd_ps(w, _mm512_loadu_ps(X + b * K + g * gs + j), acc[b]);
       }
+      const __m512 d = _mm512_set1_ps(half_f16c(blk));
+      for (int b = 0; b < NB; ++b) total[r][b] = _mm512_fmadd_ps(d, acc[b], total[r][b]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) O[b * N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][b][0], acc[r][b][1]));
+    for (int b = 0; b < NB; ++b) O[b * N + n + r] = _mm512_reduce_add_ps(total[r][b]);
 }
 
 template <int R, int NB>
@@ -120,32 +124,36 @@ __attribute__((target("avx512f,f16c,fma"))) void q4_1_tile(const float* X, const
                                                            int64_t n) {
   const int64_t G = K / gs, half = gs / 2, bpb = 4 + half;
   const __m512i low4 = _mm512_set1_epi32(15);
-  __m512 acc[R][NB][2];
+  __m512 total[R][NB];
   float mins[R][NB] = {};
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm512_setzero_ps();
+    for (int b = 0; b < NB; ++b) total[r][b] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = W + ((n + r) * G + g) * bpb;
-      const __m512 d = _mm512_set1_ps(half_f16c(blk));
-      const float m = half_f16c(blk + 2);
-      for (int b = 0; b < NB; ++b) mins[r][b] += m * XS[b * G + g];  // m * (sum of x over the block)
+      __m512 acc[NB];
+      for (int b = 0; b < NB; ++b) acc[b] = _mm512_setzero_ps();
       for (int64_t j = 0; j < half; j += 16) {
-        // 16 bytes -> 16 int32; low nibbles are weights j.., high nibbles weights j + gs/2..; times d
+        // 16 bytes -> 16 int32; low nibbles are the codes of weights j.., high nibbles of j + gs/2..
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4 + j)));
-        const __m512 lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(v, low4)));
-        const __m512 hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, low4));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
         for (int b = 0; b < NB; ++b) {
           const float* xg = X + b * K + g * gs;
-          acc[r][b][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xg + j), acc[r][b][0]);
-          acc[r][b][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xg + j + half), acc[r][b][1]);
+          acc[b] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xg + j), acc[b]);
+          acc[b] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xg + j + half), acc[b]);
         }
+      }
+      const __m512 d = _mm512_set1_ps(half_f16c(blk));
+      const float m = half_f16c(blk + 2);
+      for (int b = 0; b < NB; ++b) {
+        total[r][b] = _mm512_fmadd_ps(d, acc[b], total[r][b]);  // d * sum q x
+        mins[r][b] += m * XS[b * G + g];                         // m * sum x
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b)
-      O[b * N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][b][0], acc[r][b][1])) + mins[r][b];
+    for (int b = 0; b < NB; ++b) O[b * N + n + r] = _mm512_reduce_add_ps(total[r][b]) + mins[r][b];
 }
 
 // Rows n0..n1 of W against all B rows of x: 4 rows of W at a time for one row of x (batch 1, the
