@@ -225,3 +225,39 @@ def test_init_std_default_keeps_torch_init_and_small_init_starts_near_ln_v():
         assert causal_lm_loss(default(tokens), tokens).item() > math.log(200) + 1  # N(0, 1) tied embedding
     assert all(not m.bias.detach().any() for m in small.modules()
                if isinstance(m, torch.nn.Linear) and m.bias is not None)
+
+
+# -- issue #26: bad input of the recipe's helpers ---------------------------------------------------
+
+@pytest.mark.parametrize("call, error, name", [
+    (lambda: causal_lm_loss(torch.randn(1, 4, 9), torch.tensor([[1.0, 2.0, 3.0, 4.0]])), ValueError, "integer"),
+    (lambda: causal_lm_loss(torch.randn(1, 4, 9), torch.tensor([[1, 2, 9, 4]])), ValueError, r"\[0, 9\)"),
+    (lambda: causal_lm_loss(torch.randn(1, 4, 9), torch.tensor([[1, 2, -1, 4]])), ValueError, r"\[0, 9\)"),
+    (lambda: causal_lm_loss(torch.randn(1, 4, 9), torch.zeros(1, 4, dtype=torch.long), 1.5), ValueError,
+     "label_smoothing"),
+    (lambda: lm_batch(torch.arange(100), 0, 8), ValueError, "batch_size"),
+    (lambda: lm_batch(torch.arange(100), 4, 1), ValueError, "context"),
+    (lambda: lm_batch(torch.arange(5), 4, 8), ValueError, "ids"),
+    (lambda: perplexity(float("nan")), ValueError, "loss"),
+    (lambda: perplexity(-0.5), ValueError, "loss"),
+    (lambda: perplexity("3.2"), TypeError, "loss"),
+])
+def test_recipe_bad_input_names_the_argument(call, error, name):
+    with pytest.raises(error, match=name):
+        call()
+
+
+def test_perplexity_of_a_huge_loss_is_inf_not_an_overflow_error():
+    assert perplexity(1000.0) == math.inf  # math.exp raised OverflowError
+    assert perplexity(torch.tensor(2.0)) == pytest.approx(math.exp(2.0))
+
+
+@pytest.mark.parametrize("kwargs, name", [({"eval_every": 0}, "eval_every"), ({"steps": 0}, "steps"),
+                                          ({"eval_windows": -1}, "eval_windows")])
+def test_train_lm_refuses_bad_sizes_before_training(kwargs, name):
+    model = tl.DecoderOnlyLM(11, 8, 2, 1, max_len=16)
+    before = [p.clone() for p in model.parameters()]
+    ids = torch.randint(0, 11, (400,))
+    with pytest.raises(ValueError, match=name):
+        train_lm(model, ids, ids, **{"steps": 4, "context": 8, "progress": False, **kwargs})
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing trained

@@ -148,6 +148,12 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
     """
     check_token_ids(tokens, torch.iinfo(torch.long).max)
     check_int("max_new_tokens", max_new_tokens, 0)
+    check_real("temperature", temperature, 0)  # the strategy's arguments, before any forward pass
+    check_real("repetition_penalty", repetition_penalty, 0, low_open=True)
+    if top_k is not None:
+        check_int("top_k", top_k)
+    if top_p is not None:
+        check_real("top_p", top_p, 0, 1, low_open=True)
     if eos_id is not None:
         check_int("eos_id", eos_id, 0)
     if context is not None:

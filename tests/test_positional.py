@@ -1,8 +1,6 @@
-"""Properties chapters 5 and 6 rely on, and their exercise checkers.
-
-The library's own positional / feed-forward tests live elsewhere; these pin down the facts the
-chapters print (shift matrices, offset-only RoPE scores, the FFN's permutation equivariance) and
-prove that each checker accepts a correct answer and rejects the registered wrong ones.
+"""Positional encodings (sinusoidal, learned, RoPE, ALiBi): the facts chapters 5 and 6 print (shift
+matrices, offset-only RoPE scores, the FFN's permutation equivariance), their exercise checkers,
+the library modules' definitions and their bad input (non-positive bases, fractional positions).
 """
 import math
 
@@ -17,6 +15,7 @@ from exercise_answers import wrong_answers
 from transformer_lib.exercises import get, list_exercises
 
 SETTINGS = settings(max_examples=25, deadline=None)
+ATOL = 1e-5
 
 
 def pe64(length, d_model):
@@ -146,3 +145,88 @@ def test_checker_rejects_wrong_answers_and_stubs(name):
         assert not exercise.run(answer).passed
     assert not exercise.run(...).passed
     assert not exercise.run(lambda *args: None).passed
+
+
+# -- the library's positional modules (moved from test_blocks.py) -----------------------------------
+
+def test_sinusoidal_matches_formula():
+    pe = tl.sinusoidal_encoding(50, 16)
+    pos, i = 7, 3
+    assert math.isclose(pe[pos, 2 * i].item(), math.sin(pos / 10000 ** (2 * i / 16)), abs_tol=1e-6)
+    assert math.isclose(pe[pos, 2 * i + 1].item(), math.cos(pos / 10000 ** (2 * i / 16)), abs_tol=1e-6)
+    x = torch.zeros(1, 50, 16)
+    assert torch.allclose(tl.SinusoidalPositionalEncoding(16, max_len=10)(x)[0], pe, atol=1e-6)  # grows
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(0, 60), n=st.integers(0, 60), shift=st.integers(0, 200), seed=st.integers(0, 1000))
+def test_rope_scores_depend_only_on_offset(m, n, shift, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(16, generator=g), torch.randn(16, generator=g)
+    rope = lambda x, p: tl.apply_rotary(x[None], torch.tensor([p]))[0]
+    s1 = rope(q, m) @ rope(k, n)
+    s2 = rope(q, m + shift) @ rope(k, n + shift)
+    # float32 error analysis: an angle p * theta_i is off by about 3 * eps * p (theta_i from pow,
+    # the product), which moves a score by |q||k| times that, for each of the four rotations;
+    # the 16-term dot products add about d * eps relative. Bound = that sum, with room for pow's ulps.
+    eps = torch.finfo(torch.float32).eps
+    bound = eps * float(q.norm() * k.norm()) * (12 * (max(m, n) + shift) + 2 * 16 + 8)
+    assert abs(s1.item() - s2.item()) <= bound
+    assert torch.allclose(rope(q, 0), q) and torch.allclose(rope(q, m).norm(), q.norm(), atol=1e-4)
+
+
+def test_rotary_module_offset_and_odd_dim():
+    x = torch.randn(1, 2, 5, 8)
+    r = tl.RotaryEmbedding(8)
+    assert torch.allclose(r(x, offset=3)[..., 0, :], r(torch.cat([x[..., :1, :]] * 4, dim=-2))[..., 3, :], atol=1e-5)
+    with pytest.raises(ValueError, match="even"):
+        tl.RotaryEmbedding(7)
+
+
+def test_alibi():
+    slopes = tl.alibi_slopes(8)
+    assert torch.allclose(slopes, torch.tensor([2.0 ** -(k + 1) for k in range(8)]))
+    assert len(tl.alibi_slopes(6)) == 6
+    b = tl.alibi_bias(8, 5)
+    assert b.shape == (1, 8, 5, 5)
+    assert torch.allclose(b[0, 0, 4, 1], torch.tensor(-3 * 0.5))
+
+
+def test_learned_positions_have_a_hard_limit():
+    emb = tl.LearnedPositionalEmbedding(8, 4)
+    assert emb(torch.zeros(1, 8, 4)).shape == (1, 8, 4)
+    with pytest.raises(ValueError, match="max_len=8"):
+        emb(torch.zeros(1, 9, 4))
+    lm = tl.DecoderOnlyLM(20, 16, 2, 1, max_len=8, positional="learned")
+    with pytest.raises(ValueError, match="longer than the learned position table"):
+        lm(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tl.sinusoidal_encoding(4, 7), "even"),
+    (lambda: tl.sinusoidal_encoding(4, 8, base=0.0), "base"),
+    (lambda: tl.sinusoidal_encoding(4, 8, base=-10.0), "base"),
+    (lambda: tl.sinusoidal_encoding(4, 8, base=float("nan")), "base"),
+    (lambda: tl.RotaryEmbedding(8, base=0.0), "base"),
+    (lambda: tl.RotaryEmbedding(8, base=-1.0), "base"),
+    (lambda: tl.apply_rotary(torch.randn(3, 8), torch.arange(3), base=0.0), "base"),
+    (lambda: tl.apply_rotary(torch.randn(3, 8), torch.tensor([0.0, 1.5, 2.0])), "integers"),  # not rounded
+    (lambda: tl.RotaryEmbedding(8)(torch.randn(1, 3, 8), offset=1.5), "offset"),
+    (lambda: tl.LearnedPositionalEmbedding(8, 4)(torch.zeros(1, 2, 4), offset=-1), "offset"),
+    (lambda: tl.SinusoidalPositionalEncoding(8)(torch.zeros(1, 2, 8), offset=0.5), "offset"),
+    (lambda: tl.alibi_slopes(0), "num_heads"),
+    (lambda: tl.alibi_bias(4, 5, 3), "L_k"),
+])
+def test_positional_bad_input_raises_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@settings(max_examples=30, deadline=None)
+@given(base=st.floats(1.5, 1e6), L=st.integers(1, 40), half=st.integers(1, 16))
+def test_every_valid_base_gives_finite_tables(base, L, half):
+    d = 2 * half
+    assert torch.isfinite(tl.sinusoidal_encoding(L, d, base=base)).all()
+    rotated = tl.apply_rotary(torch.randn(L, d), torch.arange(L), base=base)
+    assert torch.isfinite(rotated).all()
+

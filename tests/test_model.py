@@ -1,0 +1,91 @@
+"""Encoder, decoder, Transformer, Seq2SeqTransformer and DecoderOnlyLM: causality, incremental decoding, stacks, bad input (the KV cache: test_kv_cache.py; generation: test_sampling.py)."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import transformer_lib as tl
+
+ATOL = 1e-5
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "alibi", "none"])
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_decoder_only_lm_is_causal(positional, norm):
+    torch.manual_seed(0)
+    lm = tl.DecoderOnlyLM(30, 16, 2, 2, max_len=16, positional=positional, norm=norm, activation="swiglu").eval()
+    x = torch.randint(0, 30, (2, 10))
+    y = x.clone()
+    y[:, 6:] = torch.randint(0, 30, (2, 4))
+    a, b = lm(x), lm(y)
+    assert torch.allclose(a[:, :6], b[:, :6], atol=ATOL)
+    assert not torch.allclose(a[:, 6:], b[:, 6:], atol=ATOL)
+    assert lm.generate(x[:, :3], 4).shape == (2, 7)
+
+
+def test_seq2seq_parallel_and_incremental_decoding_agree():
+    torch.manual_seed(0)
+    model = tl.Seq2SeqTransformer(12, 12, d_model=32, num_heads=4, d_ff=64).eval()
+    src = torch.randint(3, 12, (2, 6))
+    tgt_in = torch.randint(3, 12, (2, 5))
+    full = model(src, tgt_in)
+    memory = model.encode(src)
+    for t in range(1, 6):
+        prefix_logits = model.decode(tgt_in[:, :t], memory)
+        assert torch.allclose(prefix_logits[:, -1], full[:, t - 1], atol=1e-5)
+    out = model.greedy_decode(src, bos_id=1, max_len=4)
+    assert out.shape == (2, 4)
+
+
+def test_seq2seq_blocks_list_both_stacks_encoder_first():
+    model = tl.Seq2SeqTransformer(10, 10, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=3)
+    kinds = [type(b).__name__ for b in model.blocks]
+    assert kinds == ["EncoderLayer"] * 2 + ["DecoderLayer"] * 3
+    assert model.blocks[0] is model.transformer.encoder.blocks[0]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tl.Transformer(8, 2, 1, 1, 16)(torch.randn(2, 3, 8), torch.randn(3, 3, 8)), "batch sizes differ"),
+    (lambda: tl.DecoderOnlyLM(10, positional="xyz"), "positional"),
+])
+def test_bad_input_raises_value_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"d_model": -16}, "d_model"), ({"num_layers": -1}, "num_layers"), ({"num_layers": 0}, "num_layers"),
+    ({"num_heads": 0}, "num_heads"), ({"d_ff": -4}, "d_ff"), ({"max_len": 0}, "max_len"),
+])
+def test_a_negative_width_or_layer_count_does_not_build_an_empty_model(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        tl.DecoderOnlyLM(10, **kwargs)
+
+
+@pytest.mark.parametrize("tokens, error, message", [
+    (torch.tensor([[1.0, 2.0]]), ValueError, "integer token ids"),  # floats used to fail inside nn.Embedding
+    (torch.tensor([[1, 10]]), ValueError, r"\[0, 10\)"),
+    (torch.tensor([[-1, 2]]), ValueError, r"\[0, 10\)"),
+    (torch.tensor([1, 2]), ValueError, r"\(B, L\)"),
+    ([[1, 2]], TypeError, "torch.Tensor"),
+])
+def test_decoder_only_lm_checks_its_tokens(tokens, error, message):
+    lm = tl.DecoderOnlyLM(10, 16, 2, 1)
+    with pytest.raises(error, match=message):
+        lm(tokens)
+
+
+@settings(max_examples=25, deadline=None)
+@given(vocab=st.integers(2, 40), L=st.integers(1, 12), bad=st.integers(-5, 5), seed=st.integers(0, 1000))
+def test_any_id_outside_the_vocabulary_is_named(vocab, L, bad, seed):
+    lm = tl.DecoderOnlyLM(vocab, 8, 2, 1, max_len=16)
+    tokens = torch.randint(0, vocab, (1, L), generator=torch.Generator().manual_seed(seed))
+    tokens[0, seed % L] = bad if bad < 0 else vocab + bad  # one id out of range
+    with pytest.raises(ValueError, match="tokens must lie in"):
+        lm(tokens)
+
+
+def test_state_dict_keys_of_the_shipped_checkpoint_still_load():
+    from transformer_lib.data import load_gpt_checkpoint
+    model, _, _ = load_gpt_checkpoint()  # load_state_dict is strict: every key must match
+    assert len(model.blocks) >= 1 and model.new_cache().num_layers == len(model.blocks)
