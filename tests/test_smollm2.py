@@ -66,6 +66,8 @@ def test_tokenizer_vocabulary_and_special_tokens(tokenizer):
 
 import torch  # noqa: E402
 
+import transformer_lib as tl  # noqa: E402
+
 from transformer_lib.pretrained import load_smollm2  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "def fibonacci(n):\n    if n < 2:", "Ünïcödé and 12345 numbers",
@@ -177,7 +179,11 @@ def test_sampling_is_seeded(lm):
     lambda lm: lm.chat([{"role": "user", "content": 3}]), lambda lm: lm.generate("hi", max_new_tokens=-1),
     lambda lm: lm.generate("hi", max_new_tokens=2, temperature=1.0, top_p=0.0),
     lambda lm: lm.generate("hi", max_new_tokens=2, temperature=-1.0), lambda lm: lm.generate("", max_new_tokens=2),
-    lambda lm: lm.beam_search("hi", num_beams=0),
+    lambda lm: lm.beam_search("hi", num_beams=0), lambda lm: lm.encode("a \ud83d b"),  # a lone surrogate
+    lambda lm: lm.generate("a \udc00", max_new_tokens=2),
+    lambda lm: lm.generate("hi", max_new_tokens=2, repetition_penalty=float("nan")),
+    lambda lm: lm.beam_search("hi", num_beams=2, length_penalty=float("nan")),
+    lambda lm: lm.model(torch.tensor([[1, 2]]), cache=tl.KVCache(3)),  # a cache for 3 of its 30 layers
 ])
 def test_bad_input_raises_value_error(lm, call):
     with pytest.raises(ValueError):
