@@ -24,8 +24,8 @@ def _split_inputs():
           hint="view the last axis as (num_heads, d_k), then move the head axis in front of the "
                "token axis; a bare view to (B, H, L, d_k) mixes features of different tokens")
 def _check_split(answer):
-    return compare_function(answer, split_heads, _split_inputs(), what="split heads",
-                            describe=lambda a: f"x of shape {tuple(a[0].shape)} with {a[1]} heads")
+    describe = lambda args: f"x of shape {tuple(args[0].shape)} with {args[1]} heads"
+    return compare_function(answer, split_heads, _split_inputs(), what="split heads", describe=describe)
 
 
 # -- merge_heads -------------------------------------------------------------------------------

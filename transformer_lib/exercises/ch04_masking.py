@@ -24,12 +24,15 @@ def _padding_inputs():
     return [(torch.tensor(lengths), max_len) for lengths, max_len in _LENGTH_CASES]
 
 
+def _describe_lengths(args) -> str:
+    return f"lengths {args[0].tolist()}, max_len {args[1]}"
+
+
 @exercise("masking.padding_mask",
           hint="key j of sequence b is real when j < lengths[b]; return shape (B, 1, 1, max_len) so "
                "it broadcasts over heads and queries")
 def _check_padding(answer):
-    return compare_function(answer, lambda lengths, L: padding_mask(lengths, L), _padding_inputs(),
-                            what="padding mask", describe=lambda a: f"lengths {a[0].tolist()}, max_len {a[1]}")
+    return compare_function(answer, padding_mask, _padding_inputs(), what="padding mask", describe=_describe_lengths)
 
 
 # -- causal + padding ---------------------------------------------------------------------------
@@ -40,7 +43,7 @@ def _check_padding(answer):
 def _check_decoder(answer):
     decoder_mask = lambda lengths, L: combine_masks(causal_mask(L), padding_mask(lengths, L))  # (B, 1, L, L)
     return compare_function(answer, decoder_mask, _padding_inputs(), what="decoder self-attention mask",
-                            describe=lambda a: f"lengths {a[0].tolist()}, max_len {a[1]}")
+                            describe=_describe_lengths)
 
 
 # -- shift right --------------------------------------------------------------------------------
@@ -55,5 +58,5 @@ def _shift_inputs():
           hint="the decoder input at position t must hold the target token of position t - 1, "
                "and position 0 holds the start token")
 def _check_shift(answer):
-    return compare_function(answer, lambda y, bos: shift_right(y, bos), _shift_inputs(),
+    return compare_function(answer, shift_right, _shift_inputs(),
                             what="decoder input", describe=lambda a: f"target of shape {tuple(a[0].shape)}, bos={a[1]}")

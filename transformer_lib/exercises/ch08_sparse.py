@@ -34,9 +34,8 @@ def _check_band_mask(answer):
 def _check_band_count(answer):
     cases = [(1, 1), (5, 2), (10, 4), (100, 9), (16384, 512), (7, 100)]
     for n, w in cases:
-        value = to_int(answer(n, w), f"count({n}, {w})")
-        expected = band_score_count(n, w)
-        compare_value(value, expected, f"count(n={n}, window={w})", rtol=0)
+        what = f"count(n={n}, window={w})"
+        compare_value(to_int(answer(n, w), what), band_score_count(n, w), what, rtol=0)
     return f"exact on all {len(cases)} (n, window) pairs, including a window wider than the sequence."
 
 

@@ -96,22 +96,19 @@ def _check_tile(answer):
 def _check_skipped(answer):
     cases = [(1, 1, 1), (8, 4, 4), (10, 4, 4), (100, 16, 32), (100, 32, 16), (50, 7, 3), (64, 128, 64), (4096, 64, 64)]
     for n, bq, bk in cases:
-        got = to_int(answer(n, bq, bk), f"the count for n={n}, block_q={bq}, block_k={bk}")
-        computed, total = count_tiles(n, n, bq, bk, causal=True)
-        expected = total - computed
-        compare_value(got, expected, f"the count for n={n}, block_q={bq}, block_k={bk}", rtol=0)
+        computed, total = count_tiles(n, n, bq, bk, causal=True)  # the library's count of the grid
+        what = f"the count for n={n}, block_q={bq}, block_k={bk}"
+        compare_value(to_int(answer(n, bq, bk), what), total - computed, what, rtol=0)
     return f"right for all {len(cases)} (n, block_q, block_k) settings."
 
 
 # -- 4. merging two partial attentions ----------------------------------------------------------
 
 
-@exercise("flash.merge",
-          hint="lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp); out = exp(lse_a - lse) * out_a + "
-               "exp(lse_b - lse) * out_b",
-          call="merge(out_a, lse_a, out_b, lse_b)")
-def _check_merge(answer):
+def _merge_cases() -> list[tuple]:
+    """(split, offset, (q, k, v), the two halves' (out, lse) from the library's tiled attention)."""
     g = torch.Generator().manual_seed(13)
+    cases = []
     for split, offset in ((5, 0.0), (1, 0.0), (11, 400.0)):
         q, k, v = torch.randn(2, 12, 4, generator=g), torch.randn(2, 12, 4, generator=g), torch.randn(2, 12, 3, generator=g)
         q[:, :, 0] = 2.0
@@ -119,6 +116,16 @@ def _check_merge(answer):
         parts = []
         for keys in (slice(0, split), slice(split, 12)):
             parts += list(tiled_attention(q, k[:, keys], v[:, keys], block_q=4, block_k=4, return_lse=True))
+        cases.append((split, offset, (q, k, v), parts))
+    return cases
+
+
+@exercise("flash.merge",
+          hint="lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp); out = exp(lse_a - lse) * out_a + "
+               "exp(lse_b - lse) * out_b",
+          call="merge(out_a, lse_a, out_b, lse_b)")
+def _check_merge(answer):
+    for split, offset, (q, k, v), parts in _merge_cases():
         out, lse = _pair(answer(*(p.clone() for p in parts)), "merge")
         _, expected_lse = merge_partial_attention(*parts)
         label = f"keys split at {split}" + (", large scores" if offset else "")

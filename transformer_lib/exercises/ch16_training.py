@@ -28,8 +28,8 @@ def _check_loss(answer):
         logits, tokens = torch.randn(B, L, V, generator=g), torch.randint(0, V, (B, L), generator=g)
         if B == 4:  # large logits: some probabilities underflow to 0, so log(softmax(.)) gives -inf
             logits = 60.0 * logits
-        compare_value(answer(logits, tokens), causal_lm_loss(logits, tokens).item(),
-                      what=f"the loss for logits of shape {(B, L, V)}", rtol=1e-5)
+        expected = causal_lm_loss(logits, tokens).item()
+        compare_value(answer(logits, tokens), expected, f"the loss for logits of shape {(B, L, V)}", rtol=1e-5)
     return f"right for all {len(shapes)} shapes."
 
 

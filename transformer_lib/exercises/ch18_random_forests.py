@@ -8,15 +8,17 @@ from ..forests import average_variance, default_max_features
 from ._core import NotYet, compare_value, exercise, expected_values, to_int, to_number
 
 
+_VARIANCE_CASES = [(0.0, 1.0, 10), (0.3, 2.0, 1), (0.3, 2.0, 25), (0.8, 0.5, 100), (1.0, 3.0, 7), (0.05, 4.0, 500)]
+
+
 @exercise("forests.average_variance",
           hint="two parts: the correlated part rho * sigma2 stays, the independent part (1 - rho) * sigma2 "
                "is divided by the number of trees")
 def _check_average_variance(answer):
-    cases = [(0.0, 1.0, 10), (0.3, 2.0, 1), (0.3, 2.0, 25), (0.8, 0.5, 100), (1.0, 3.0, 7), (0.05, 4.0, 500)]
-    for rho, sigma2, B in cases:
+    for rho, sigma2, B in _VARIANCE_CASES:
         compare_value(answer(rho, sigma2, B), average_variance(rho, sigma2, B),
                       what=f"the variance for rho={rho}, sigma2={sigma2}, B={B}", rtol=1e-6, atol=1e-12)
-    return f"matches the formula on all {len(cases)} settings."
+    return f"matches the formula on all {len(_VARIANCE_CASES)} settings."
 
 
 @exercise("forests.default_max_features",
