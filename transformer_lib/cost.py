@@ -86,9 +86,9 @@ def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:
 def attention_ffn_crossover(d: int, expansion: float = 4) -> float:
     """The n at which attention and FFN cost the same: 4nd^2 + 2n^2 d = 2 e n d^2  =>  n = (e - 2) d.
 
-    Only an expansion above 2 has a crossover (at e <= 2 attention costs more at every n)."""
+    A result <= 0 (expansion <= 2) means there is no crossover: attention costs more at every n."""
     check_count("d", d)
-    check_number("expansion", expansion, 2.0, low_open=True)
+    check_number("expansion", expansion, 0.0, low_open=True)
     return (expansion - 2) * d
 
 
