@@ -45,8 +45,8 @@ class Exercise:
     """A registered exercise: its name, its checker and a hint shown with a "not yet".
 
     ``checker(answer)`` returns a short success message or raises :class:`NotYet`. It calls the
-    answer only with data (tensors, arrays, numbers, strings, lists of them) or a library module,
-    and computes what it expects from the library's public functions, from a property the right
+    answer with data (tensors, arrays, numbers, strings, bytes, lists and dicts of them) or, where
+    the exercise is about one, a library object (a layer, a model, ``cost.Level`` records), and computes what it expects from the library's public functions, from a property the right
     answer must have, or from numbers stored in ``expected.json``: no exercise carries its solution,
     so nothing a student imports hands them an answer. The reference solutions, right answers
     written differently and the wrong answers every checker must reject are test data, in
