@@ -5,25 +5,23 @@
 
 ``make progress`` runs the checkers in the learner's own kernel, so it tells a learner what is
 left; it cannot stop a learner who edits a check cell. A course that counts the marks uses nbgrader,
-which keeps its own copy of every locked cell and re-runs the notebook itself. This module writes
-the nbgrader *source* notebooks mechanically from the chapter conventions
-(:mod:`bookkit.conventions`); the checkers in ``transformer_lib.exercises`` stay the only judge of
-what is right:
+which keeps its own copy of every locked cell. This module writes the nbgrader *source* notebooks
+mechanically from the chapter conventions (:mod:`bookkit.conventions`); the checkers in
+``transformer_lib.exercises`` stay the only judge of what is right:
 
 - the ``exercise`` stub and its ``solution`` cell merge into one nbgrader solution cell: the
   ``def`` line and the stub's ``# YOUR CODE HERE`` comment are kept, the solution's body sits
   between ``### BEGIN SOLUTION`` / ``### END SOLUTION`` (the release has
   ``raise NotImplementedError()`` there, which the checker reports as "not yet");
 - each check cell ``check("name", answer)`` becomes a locked, autograded cell
-  ``assert check("name", answer)`` (a :class:`~transformer_lib.exercises.Result` is falsy when NOT
-  YET) worth ``points`` points. Its hidden part grades the same answer again through the registry
-  (``get(name).run(answer).passed is True``), so a learner who rebinds ``check`` in an unlocked
-  cell passes the visible assert but not the hidden one. ``ClearHiddenTests`` removes that part
-  from the release and from the feedback.
+  ``assert check("name", answer)`` worth ``points`` points, with no hidden part: the release's
+  cell is the source's, so an honest submission's checksums match and nbgrader warns only about
+  real edits.
 
-Locked cells are restored from nbgrader's checksums at autograde time and printed text counts for
-nothing, so a fake ``PASS [name]`` line scores zero. Code that monkeypatches the library from an
-unlocked cell is not stopped by any notebook grader: it is visible in the submission.
+The course's ``nbgrader_config.py`` replaces nbgrader's ``Execute`` with
+:class:`bookkit.grading.SandboxedExecute`: the notebook runs in a sandboxed kernel and a graded
+cell is decided by the trusted checker in the autograder's process, never by code in the
+student's kernel (see :mod:`bookkit.grading` for what that stops and what it does not).
 """
 from __future__ import annotations
 
@@ -128,17 +126,13 @@ def regrade_source(name: str, answer: str) -> str:
 
 
 def graded_source(check_cell: str) -> str:
-    """``check("name", answer)`` -> ``assert check("name", answer)`` plus a hidden regrade."""
-    name, answer = check_call(check_cell)
+    """``check("name", answer)`` -> ``assert check("name", answer)``: what a student sees and runs.
+    The autograder does not run it; it reads the exercise and the answer expression from it."""
+    check_call(check_cell)  # exactly one exercise, one answer
     visible = CHECK_STATEMENT.sub(r"\1assert check(", check_cell.rstrip("\n"))
     if visible == check_cell.rstrip("\n"):
         raise ValueError(f"the check call must be a statement of its own: {check_cell!r}")
-    hidden = [BEGIN_HIDDEN,
-              "# graded again through the registry: a rebound `check` cannot pass this",
-              "from transformer_lib.exercises import get as _get_exercise",
-              f"assert {regrade_source(name, answer)}",
-              END_HIDDEN]
-    return "\n".join([visible] + hidden)
+    return visible
 
 
 def source_notebook(nb, points: int = POINTS):
@@ -198,6 +192,7 @@ def nbgrader_config(course_id: str = COURSE_ID) -> str:
     """The course's ``nbgrader_config.py``."""
     return f'''"""nbgrader configuration of the course, written by `make course` (bookkit/course.py)."""
 import os
+import sys
 
 c = get_config()  # noqa: F821  (defined by nbgrader when it loads this file)
 
@@ -215,9 +210,27 @@ c.GenerateFeedback.preprocessors = [
     "bookkit.course.GradedCellTracebacks",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-c.Execute.timeout = 300          # a chapter runs in <= 60 s on two cores
-# the autograder's kernels inherit these: CPU numbers as in the book, no static widget
-# precomputation, one thread per kernel so parallel autogrades do not oversubscribe the cores
+# autograde takes only the notebooks of a submission (no folder beside them is copied), and
+# runs them with bookkit.grading.SandboxedExecute instead of nbgrader's Execute: a kernel in a
+# bubblewrap sandbox, graded cells decided by the trusted checker in this process
+c.CourseDirectory.include = ["*.ipynb"]
+if sys.argv[1:2] == ["autograde"]:
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*"]
+c.Autograde.autograde_preprocessors = [
+    "bookkit.grading.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.SandboxedExecute.timeout = 300        # a chapter's cell: a chapter runs in <= 60 s on two cores
+c.SandboxedExecute.call_timeout = 60    # one call of a student's function by a checker
+c.SandboxedExecute.memory_bytes = {4 * 2**30}  # address space of the sandboxed kernel
+c.SandboxedExecute.cpu_seconds = 900
+# the sandboxed kernel's environment is bookkit.grading.kernel_environment() (CPU, one thread,
+# PYTHONSAFEPATH=1); these are for the generate_assignment/feedback steps run here
 os.environ.setdefault("TLIB_DEVICE", "cpu")
 os.environ.setdefault("TLIB_STATIC_WIDGETS", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -1,12 +1,16 @@
 """The graded course, end to end with real nbgrader: `make course` -> generate_assignment ->
-submissions -> autograde -> feedback, on two chapters.
+submissions -> autograde (sandboxed, bookkit/grading.py) -> feedback -> export, on chapters 1 and 15.
 
 Submissions are built from the released notebook the way a student would change it: the
-instructor's solutions (full marks), the untouched release (zero), releases that cheat (locked
-check cells edited to pass, fake ``PASS`` lines printed or saved as outputs, ``check`` rebound in an
-answer cell: zero), and a partial answer (exactly the solved exercises score). The expected scores
-come from which answers the test wrote, never from the grader. The grading time per submission is
-printed (the course guide quotes it).
+instructor's solutions (full marks), the untouched release (zero), a partial answer (exactly the
+solved exercises score) and attacks that must all score zero: edited check cells, fake ``PASS``
+lines, ``check`` rebound, ``Exercise.run`` replaced, ``numpy.allclose``/``torch.allclose``/
+``torch.equal`` patched beside a wrong answer of the right shape, the registry asked for the
+solution, a fake ``transformer_lib/`` beside the notebook, code that reads the course source,
+another student's submission and the repository's chapters and writes the gradebook, ipykernel
+patched to report success, a process forked to outlive the cell, an endless loop, a memory bomb,
+an object equal to everything, ``builtins`` overridden, and a kernel that ends itself. The
+expected scores come from which answers the test wrote, never from the grader.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -24,17 +29,23 @@ import pytest
 pytest.importorskip("nbgrader")
 from nbgrader.api import Gradebook  # noqa: E402
 
-from bookkit import course  # noqa: E402
+from bookkit import course, grading  # noqa: E402
 from bookkit.conventions import CHAPTERS, chapter_files, check_names  # noqa: E402
 
-# two chapters with four exercises each; the partial answers solve the listed positions
-PARTIAL = {"01-attention": {"solve": [0, 2], "wrong": {1: "def my_attention(q, k, v):\n"
-                                                        "    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-                                                        "    return w @ v, w  # forgot the 1/sqrt(d_k)\n"}},
-           "04-masking": {"solve": [0, 3], "wrong": {}}}
+# chapter 1 has four exercises, chapter 15 three; a partial answer solves the listed positions and
+# gets a wrong answer of the right shape at the others
+PARTIAL = {"01-attention": [0, 2], "15-tokenization": [1]}
 ASSIGNMENTS = list(PARTIAL)
-CHEATS = {"01-attention": ["lockededit", "fakepass", "rebound"], "04-masking": ["fakepass"]}  # keeps the run short
+EXERCISES = {"01-attention": 4, "15-tokenization": 3}
+ISSUE_ATTACKS = ["runpatch", "allclose", "askref", "fakepkg", "escape"]  # the five of issue 33
+MORE_ATTACKS = ["lockededit", "fakepass", "rebound", "kernelpatch", "orphan", "loop", "membomb",
+                "alwayseq", "builtins", "exitkernel"]
+ATTACKS = {"01-attention": ISSUE_ATTACKS + MORE_ATTACKS, "15-tokenization": ISSUE_ATTACKS + ["fakepass"]}
 MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
+ORPHAN = f"tlib-orphan-{uuid.uuid4().hex[:8]}"  # in the command line of the process that tries to stay
+CALL_TIMEOUT = 8   # seconds per call of a student's function in this test (the course's default: 60)
+CELL_TIMEOUT = 60  # seconds per cell of the chapter in this test (the course's default: 300)
+requires_bwrap = pytest.mark.skipif(not grading.bwrap_available(), reason="bwrap missing: make sandbox-deps")
 
 
 def nbgrader(course_dir: Path, *args: str) -> float:
@@ -64,16 +75,57 @@ def instructor_answers(source_nb) -> list[str]:
     return [MARKERS.sub("", c.source) for c in answer_cells(source_nb)]
 
 
+def answer_names(nb) -> list[tuple[str, str]]:
+    """(exercise, answer expression) of each graded cell, in order."""
+    return [course.check_call(c.source.replace("assert check(", "check(", 1)) for c in graded_cells(nb)]
+
+
 # -- the submissions ---------------------------------------------------------------------------------
 
-def solved(release, source, positions=None, wrong=None):
+# a wrong answer of the right shape: the instructor's answer with 1 added to every number it returns
+PERTURB = """
+def _perturbed(x):
+    import numpy, torch
+    if isinstance(x, torch.Tensor):
+        return ~x if x.dtype == torch.bool else x + 1
+    if isinstance(x, numpy.ndarray):
+        return ~x if x.dtype == bool else x + 1
+    if isinstance(x, (bool, numpy.bool_)):
+        return not x
+    if isinstance(x, (int, float, numpy.number)):
+        return x + 1
+    if isinstance(x, (list, tuple)):
+        return type(x)(_perturbed(i) for i in x)
+    if isinstance(x, dict):
+        return {k: _perturbed(v) for k, v in x.items()}
+    return x
+
+def _wrong(answer):
+    if callable(answer):
+        return lambda *args, **kwargs: _perturbed(answer(*args, **kwargs))
+    return _perturbed(answer)
+"""
+
+
+def solved(release, source, positions=None, wrong_elsewhere=False):
+    """The release with the instructor's answers at ``positions`` (all when None); elsewhere the
+    stub, or (``wrong_elsewhere``) the instructor's answer made wrong."""
     nb = nbformat.from_dict(release)
-    answers = instructor_answers(source)
+    answers, names = instructor_answers(source), answer_names(source)
     for n, cell in enumerate(answer_cells(nb)):
         if positions is None or n in positions:
             cell.source = answers[n]
-        if wrong and n in wrong:
-            cell.source = wrong[n]
+        elif wrong_elsewhere:
+            cell.source = PERTURB + answers[n] + f"\n{names[n][1]} = _wrong({names[n][1]})\n"
+    return nb
+
+
+def with_lines(release, source, first="", each="", wrong=False):
+    """The release with ``first`` added to the first answer cell and ``each`` (formatted with
+    ``{name}``, ``{answer}``) after every answer; ``wrong``: right-shaped wrong answers, else stubs."""
+    nb = solved(release, source, positions=[], wrong_elsewhere=wrong)
+    for n, (cell, (name, answer)) in enumerate(zip(answer_cells(nb), answer_names(source))):
+        cell.source = (first + "\n" if n == 0 else "") + cell.source + "\n" + each.format(name=name, answer=answer)
     return nb
 
 
@@ -98,50 +150,137 @@ def fake_pass_printed(release, source):
     return nb
 
 
-def check_rebound(release, source):
-    """Stubs left; every answer cell rebinds `check`, so the visible asserts after the import pass."""
-    nb = nbformat.from_dict(release)
-    for cell in answer_cells(nb):
-        cell.source += "\n\ncheck = lambda name, answer, **kw: True\n"
-    return nb
+PATCH_RUN = ("from transformer_lib.exercises import Exercise, Result\n"
+             "Exercise.run = lambda self, answer: Result(self.name, True, 'all test inputs match.')\n")
+PATCH_COMPARE = ("import numpy, torch\nnumpy.allclose = lambda *a, **k: True\nnumpy.array_equal = lambda *a, **k: True\n"
+                 "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n")
+ASK_REFERENCE = "from transformer_lib.exercises import get as _get\n{answer} = _get({name!r}).solution()\n"
+KERNEL_PATCH = ("import ipykernel.ipkernel\n"
+                "async def _always_ok(self, code, silent, *args, **kwargs):\n"
+                "    print('PASS: all test inputs match.')\n"
+                "    return {'status': 'ok', 'execution_count': self.execution_count, 'payload': [],"
+                " 'user_expressions': {}}\n"
+                "ipykernel.ipkernel.IPythonKernel.do_execute = _always_ok\n")
+ORPHAN_CODE = ("import subprocess\n"
+               f"subprocess.Popen(['/bin/sh', '-c', 'sleep 120 # {ORPHAN}'], start_new_session=True)\n"
+               f"subprocess.Popen(['setsid', '/bin/sh', '-c', 'sleep 120 # {ORPHAN}'])\n")
+ALWAYS_EQUAL = ("class _Always:\n"
+                "    __eq__ = lambda self, other: True\n    __ne__ = lambda self, other: False\n"
+                "    __bool__ = lambda self: True\n    __len__ = lambda self: 4\n"
+                "    __getattr__ = lambda self, name: self\n    __call__ = lambda self, *a, **k: self\n"
+                "    __iter__ = lambda self: iter([self, self])\n    __getitem__ = lambda self, i: self\n"
+                "    __float__ = lambda self: 1.0\n    __int__ = lambda self: 1\n    __index__ = lambda self: 1\n")
+BUILTINS = ("import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.abs = lambda x: 0\n"
+            "builtins.max = lambda *a, **k: 0\nbuiltins.all = lambda *a: True\n")
+MEMORY_BOMB = "try:\n    _hog = bytearray(64 * 2**30)\nexcept MemoryError:\n    print('no memory for that')\n"
 
 
-SUBMISSIONS = {  # student -> how the notebook is built from (release, source)
-    "solutions": lambda rel, src: solved(rel, src),
-    "untouched": lambda rel, src: nbformat.from_dict(rel),
-    "lockededit": locked_cells_edited,
-    "fakepass": fake_pass_printed,
-    "rebound": check_rebound,
-    "partial": None,  # per chapter, from PARTIAL
-}
+def escape(root: Path) -> str:
+    """Read the course source, every other submission, the repository's chapters and root's
+    home; run the functions found there; print what was read; write the gradebook and a file
+    beside it."""
+    patterns = ["../../../source/*/*.ipynb", f"{root}/source/*/*.ipynb", f"{root}/submitted/*/*/*.ipynb",
+                f"{root}/autograded/*/*/*.ipynb", f"{CHAPTERS}/*.md", "/root/*"]
+    targets = [(str(root / "gradebook.db"), "wb"), (str(root / "PWNED"), "w")]
+    return (f"import glob, nbformat\n_stolen = []\nfor _pattern in {patterns!r}:\n"
+            "    for _path in glob.glob(_pattern):\n"
+            "        try:\n            _stolen.append(open(_path).read())\n        except Exception:\n            pass\n"
+            "for _text in _stolen:\n    print(_text[:20000])\n"
+            "    try:\n        for _cell in nbformat.reads(_text, 4).cells:\n"
+            "            if 'def ' in _cell.source:\n                exec(_cell.source)\n"
+            "    except Exception:\n        pass\n"
+            f"for _target, _mode in {targets!r}:\n"
+            "    try:\n        open(_target, _mode).write(b'pwned' if 'b' in _mode else 'pwned')\n"
+            "    except Exception as _err:\n        print('could not write', type(_err).__name__)\n")
+
+
+def fake_package(out_dir: Path) -> None:
+    """A ``transformer_lib`` beside the untouched notebook whose ``check`` always passes."""
+    pkg = out_dir / "transformer_lib" / "exercises"
+    pkg.mkdir(parents=True)
+    (out_dir / "transformer_lib" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "class Result:\n    passed = True\n    def __bool__(self):\n        return True\n"
+        "class _Exercise:\n    def run(self, answer):\n        return Result()\n"
+        "def get(name):\n    return _Exercise()\n"
+        "def check(name, answer, **kw):\n    print(f'PASS [{name}]: all test inputs match.')\n    return Result()\n")
+
+
+def build(student: str, assignment: str, release, source, root: Path):
+    """The notebook ``student`` submits for ``assignment``."""
+    if student == "solutions":
+        return solved(release, source)
+    if student in ("untouched", "fakepkg"):  # fakepkg: the files beside it are added by the fixture
+        return nbformat.from_dict(release)
+    if student == "partial":
+        return solved(release, source, PARTIAL[assignment], wrong_elsewhere=True)
+    if student == "lockededit":
+        return locked_cells_edited(release, source)
+    if student == "fakepass":
+        return fake_pass_printed(release, source)
+    lines = {"rebound": dict(each="check = lambda name, answer, **kw: True\n"),
+             "runpatch": dict(first=PATCH_RUN),
+             "allclose": dict(first=PATCH_COMPARE, wrong=True),
+             "askref": dict(each=ASK_REFERENCE),
+             "escape": dict(first=escape(root)),
+             "kernelpatch": dict(first=KERNEL_PATCH),
+             "orphan": dict(first=ORPHAN_CODE),
+             "loop": dict(each="{answer} = lambda *a, **k: [None for _ in iter(int, 1)]\n"),
+             "membomb": dict(first=MEMORY_BOMB, each="{answer} = lambda *a, **k: bytearray(64 * 2**30)\n"),
+             "alwayseq": dict(first=ALWAYS_EQUAL, each="{answer} = _Always()\n"),
+             "builtins": dict(first=BUILTINS, wrong=True),
+             "exitkernel": dict(first="import os\nos._exit(0)\n")}
+    return with_lines(release, source, **lines[student])
+
+
+def students_of(assignment: str) -> list[str]:
+    return ["solutions", "untouched", "partial"] + ATTACKS[assignment]
+
+
+def _orphans() -> list[int]:
+    """Processes whose command line carries this run's orphan marker."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if ORPHAN.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The course written by bookkit.course, both assignments released, submitted and autograded."""
+    """The course written by bookkit.course, both assignments released, submitted and autograded
+    (bookkit.grading.autograde_class: two submissions at a time, as nbgrader autograde --student)."""
+    if not grading.bwrap_available():
+        pytest.skip("bwrap missing: make sandbox-deps")
     root = tmp_path_factory.mktemp("course")
     written = course.write_course(CHAPTERS, root, only=ASSIGNMENTS)
     assert [p.stem for p in written] == ASSIGNMENTS
-    times = {}
+    times, logs = {}, {}
     for name in ASSIGNMENTS:
         times[f"generate_assignment {name}"] = nbgrader(root, "generate_assignment", name, "--force")
         release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
         source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
-        students = [s for s in SUBMISSIONS if s in ("solutions", "untouched", "partial") or s in CHEATS[name]]
-        for student in students:
-            build = SUBMISSIONS[student]
-            if student == "partial":
-                nb = solved(release, source, PARTIAL[name]["solve"], PARTIAL[name]["wrong"])
-            else:
-                nb = build(release, source)
+        for student in students_of(name):
             out = root / "submitted" / student / name / f"{name}.ipynb"
             out.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, str(out))
-        seconds = nbgrader(root, "autograde", name)  # every student of the assignment in one run
-        times[f"autograde {name}"] = seconds
-        print(f"\nautograde {name}: {seconds:.1f} s for {len(students)} submissions, "
-              f"{seconds / len(students):.1f} s per submission")
-    return root, times
+            nbformat.write(build(student, name, release, source, root), str(out))
+            if student == "fakepkg":
+                fake_package(out.parent)
+    gradebook_inode = (root / "gradebook.db").stat().st_ino
+    for name in ASSIGNMENTS:
+        start = time.perf_counter()
+        result = grading.autograde_class(root, name, jobs=2, extra=[f"--SandboxedExecute.call_timeout={CALL_TIMEOUT}",
+                                                                   f"--SandboxedExecute.timeout={CELL_TIMEOUT}"])
+        times[f"autograde {name}"] = time.perf_counter() - start
+        logs[name] = {s: r["log"] for s, r in result.items()}
+        print(f"\nautograde {name}: {times[f'autograde {name}']:.1f} s for {len(result)} submissions, 2 at a time")
+    orphans = _orphans()
+    for pid in orphans:  # started through this test's submissions: stopped by their ids
+        os.kill(pid, 9)
+    return {"root": root, "times": times, "logs": logs, "orphans": orphans, "gradebook_inode": gradebook_inode}
 
 
 def scores(root: Path, assignment: str, student: str) -> list[float]:
@@ -150,6 +289,7 @@ def scores(root: Path, assignment: str, student: str) -> list[float]:
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.COURSE_ID) as gb:
         return [gb.find_grade(_meta(c)["grade_id"], assignment, assignment, student).score
                 for c in graded_cells(source)]
+
 
 
 # -- the source notebooks ------------------------------------------------------------------------------
@@ -188,7 +328,7 @@ def test_a_solution_cell_keeps_the_def_line_and_the_stub_hint():
 
 
 def test_release_has_stubs_and_no_solutions_or_hidden_tests(graded):
-    root, _ = graded
+    root = graded["root"]
     for name in ASSIGNMENTS:
         release = (root / "release" / name / f"{name}.ipynb").read_text()
         source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
@@ -199,54 +339,155 @@ def test_release_has_stubs_and_no_solutions_or_hidden_tests(graded):
         assert release.count(course.CODE_STUB) == len(answer_cells(source))
 
 
+def test_a_graded_cell_is_the_same_in_source_and_release(graded):
+    """No hidden part: the released check cell is the source's, so its checksum matches."""
+    root = graded["root"]
+    for name in ASSIGNMENTS:
+        source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
+        release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
+        assert [c.source for c in graded_cells(source)] == [c.source for c in graded_cells(release)]
+
+
 # -- grading ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_instructor_solutions_get_full_marks(graded, assignment):
-    assert scores(graded[0], assignment, "solutions") == [course.POINTS] * 4
-
-
-@pytest.mark.parametrize("assignment, student", [(a, s) for a in ASSIGNMENTS for s in ["untouched"] + CHEATS[a]])
-def test_untouched_and_cheating_submissions_get_zero(graded, assignment, student):
-    assert scores(graded[0], assignment, student) == [0] * 4
+def test_instructor_solutions_get_full_marks_without_checksum_warnings(graded, assignment):
+    assert scores(graded["root"], assignment, "solutions") == [course.POINTS] * EXERCISES[assignment]
+    for student in ("solutions", "untouched", "partial"):
+        assert "has changed" not in graded["logs"][assignment][student]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_partial_answer_gets_exactly_the_solved_exercises(graded, assignment):
-    expected = [course.POINTS if n in PARTIAL[assignment]["solve"] else 0 for n in range(4)]
-    assert scores(graded[0], assignment, "partial") == expected
+    expected = [course.POINTS if n in PARTIAL[assignment] else 0 for n in range(EXERCISES[assignment])]
+    assert scores(graded["root"], assignment, "partial") == expected
 
 
-def test_autograded_check_cells_are_the_instructors(graded):
-    root, _ = graded
+def _solutions_still_in_the_package() -> bool:
+    from transformer_lib.exercises import REGISTRY
+    return any(getattr(e, "solution", None) for e in REGISTRY.values())
+
+
+@pytest.mark.parametrize("assignment, student", [(a, s) for a in ASSIGNMENTS for s in ["untouched"] + ATTACKS[a]])
+def test_untouched_and_every_attack_get_zero(graded, assignment, student, request):
+    if student == "askref" and _solutions_still_in_the_package():
+        request.applymarker(pytest.mark.xfail(strict=True, reason="the registry still ships solutions"))
+    assert scores(graded["root"], assignment, student) == [0] * EXERCISES[assignment]
+
+
+def test_autograded_check_cells_are_the_instructors_and_files_beside_are_dropped(graded):
+    root = graded["root"]
     nb = nbformat.read(str(root / "autograded" / "lockededit" / "01-attention" / "01-attention.ipynb"), 4)
     assert all(c.source.lstrip().startswith(("assert check(", "from ")) for c in graded_cells(nb))
     assert all("assert True" not in c.source for c in graded_cells(nb))
-
-
-def test_feedback_has_scores_and_no_hidden_tests(graded):
-    root, times = graded
     for name in ASSIGNMENTS:
-        times[f"generate_feedback {name}"] = nbgrader(root, "generate_feedback", name)
-        students = [("solutions", 4), ("partial", 2)] + [(cheat, 0) for cheat in CHEATS[name]]
-        for student, total in students:  # the cheats' failing asserts are in hidden code too
-            page = (root / "feedback" / student / name / f"{name}.html").read_text()
-            text = html.unescape(re.sub(r"<[^>]+>", "", page))  # the code as a student reads it
-            assert f"Score: {float(total)} / 4.0" in text
-            assert "HIDDEN TESTS" not in text and "_get_exercise" not in text
-            assert "assert check(" in text  # the visible tests stay
-            assert total == 4 or "AssertionError" in text  # a failed check says so
+        assert [p.name for p in (root / "autograded" / "fakepkg" / name).iterdir()] == [f"{name}.ipynb"]
+
+
+def test_the_sandbox_kept_the_course_and_the_machine_safe(graded):
+    """The escape attempt read nothing and wrote nothing; no forked process outlived grading."""
+    root = graded["root"]
+    assert not (root / "PWNED").exists()
+    assert (root / "gradebook.db").stat().st_ino == graded["gradebook_inode"]
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.COURSE_ID) as gb:
+        assert {s.id for s in gb.students} == {s for a in ASSIGNMENTS for s in students_of(a)}
+    escaped = nbformat.read(str(root / "autograded" / "escape" / "01-attention" / "01-attention.ipynb"), 4)
+    first = answer_cells(escaped)[0]
+    printed = "".join(o.get("text", "") for o in first.outputs)
+    assert "could not write" in printed  # the attack ran, and its writes failed
+    assert graded["orphans"] == [], "a process started by a submission outlived its grading"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_has_scores_verdicts_and_no_solution(graded, assignment):
+    root, times = graded["root"], graded["times"]
+    times[f"generate_feedback {assignment}"] = nbgrader(root, "generate_feedback", assignment)
+    source = nbformat.read(str(root / "source" / assignment / f"{assignment}.ipynb"), as_version=4)
+    secret = [line.strip() for answer in instructor_answers(source) for line in answer.split("\n")
+              if line.strip().startswith("return ")]
+    n = EXERCISES[assignment]
+    totals = {"solutions": n, "partial": len(PARTIAL[assignment]), "untouched": 0, **{a: 0 for a in ATTACKS[assignment]}}
+    for student, total in totals.items():
+        page = (root / "feedback" / student / assignment / f"{assignment}.html").read_text()
+        text = html.unescape(re.sub(r"<[^>]+>", "", page))  # the code as a student reads it
+        assert f"Score: {float(total)} / {float(n)}" in text
+        assert "HIDDEN TESTS" not in text and "_get_exercise" not in text
+        assert "assert check(" in text  # the check cells stay
+        verdicts = re.findall(r"(PASS|NOT YET) \[", text)
+        assert len(verdicts) >= n if student not in ("exitkernel", "kernelpatch") else True
+        if student != "solutions":  # the instructor's returns reach no other student's page
+            leaked = [line for line in secret if line in text and line not in (root / "submitted" / student /
+                      assignment / f"{assignment}.ipynb").read_text()]
+            assert not leaked, f"{student}'s feedback shows solution lines {leaked}"
+        assert total == n or "NOT YET [" in text  # a failed check says so
 
 
 def test_grades_export_to_csv(graded):
-    root, _ = graded
+    root = graded["root"]
     nbgrader(root, "export", "--to", str(root / "grades.csv"))
     rows = (root / "grades.csv").read_text().strip().split("\n")
     header = rows[0].split(",")
     table = {(r.split(",")[0], r.split(",")[3]): float(r.split(",")[header.index("score")]) for r in rows[1:]}
     assert table[("01-attention", "solutions")] == 4.0
-    assert table[("04-masking", "partial")] == 2.0
-    assert table[("04-masking", "fakepass")] == 0.0
+    assert table[("15-tokenization", "solutions")] == 3.0
+    assert table[("15-tokenization", "partial")] == 1.0
+    assert table[("01-attention", "runpatch")] == 0.0
+
+
+# -- the sandbox and the data it lets back ------------------------------------------------------
+
+def test_decode_takes_data_only():
+    import numpy as np
+    import torch
+    assert grading.decode(["tuple", [["int", 3], ["tensor", torch.ones(2)]]])[0] == 3
+    assert grading.decode(["ndarray", torch.zeros(2)]).dtype == np.float32
+    assert grading.decode(["dict", [[["tuple", [["int", 1], ["int", 2]]], ["int", 5]]]]) == {(1, 2): 5}
+    for bad in [["int", True], ["float", "1"], ["tensor", np.ones(2)], ["function"], ["dict", [[1, 2, 3]]],
+                "x", [], ["eval", "1"]]:
+        with pytest.raises(grading.KernelError):
+            grading.decode(bad)
+    with pytest.raises(grading.KernelError, match="nests too deeply"):
+        node = ["none"]
+        for _ in range(40):
+            node = ["list", [node]]
+        grading.decode(node)
+
+
+def test_read_result_refuses_links_and_objects(tmp_path):
+    import pickle
+    import torch
+    good = tmp_path / "good.pt"
+    torch.save(["ok", ["int", 1]], good)
+    assert grading.read_result(str(good)) == ["ok", ["int", 1]]
+    link = tmp_path / "link.pt"
+    link.symlink_to(good)
+    with pytest.raises(grading.KernelError, match="no result"):
+        grading.read_result(str(link))
+    evil = tmp_path / "evil.pt"
+    evil.write_bytes(pickle.dumps(Path("/"), protocol=2))  # any object that is not plain data
+    with pytest.raises(grading.KernelError, match="cannot be read as data"):
+        grading.read_result(str(evil))
+
+
+@requires_bwrap
+def test_the_sandbox_has_no_network_course_or_root_rights(tmp_path):
+    (tmp_path / "io").mkdir()
+    probe = ("import os, socket, json\nres = {'uid': os.getuid(), 'cwd': os.getcwd(), 'home': os.listdir('/tmp')}\n"
+             f"res['repo'] = sorted(os.listdir({str(CHAPTERS.parent)!r}))\n"
+             "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=1); res['net'] = True\n"
+             "except OSError:\n    res['net'] = False\n"
+             f"try:\n    open({str(CHAPTERS / 'x')!r}, 'w'); res['write'] = True\nexcept OSError:\n    res['write'] = False\n"
+             f"open({str(tmp_path / 'io' / 'out.json')!r}, 'w').write(json.dumps(res))\n")
+    cmd = grading.sandbox_command([sys.executable, "-c", probe], writable=[str(tmp_path / "io")],
+                                  env=grading.kernel_environment())
+    subprocess.run(cmd, check=True, timeout=120)
+    import json
+    res = json.loads((tmp_path / "io" / "out.json").read_text())
+    assert res["uid"] == grading.NOBODY and res["cwd"] == "/tmp/home"
+    assert res["net"] is False and res["write"] is False
+    assert "chapters" not in res["repo"] and "tests" not in res["repo"]  # only the library and the venv
+    with pytest.raises(ValueError, match="memory_bytes"):
+        grading.sandbox_command(["x"], writable=[], memory_bytes=0)
 
 
 # -- make progress: the same regrade, for a learner --------------------------------------------------

@@ -1,0 +1,555 @@
+"""Grading a student's notebook so that nothing the student's code does can change the grade.
+
+The old autograde ran ``assert check("name", answer)`` in the student's own kernel: whatever the
+checker relied on (``Exercise.run``, ``numpy.allclose``, ipykernel's reply) the student's code
+could replace a cell earlier. Here the grade is decided in a different process:
+
+- the notebook runs in a **sandboxed kernel** (:func:`sandbox_command`): Debian's ``bwrap`` gives
+  it no network, a read-only view of the interpreter and of ``transformer_lib`` only (no course
+  directory, no gradebook, no other submission, no repository checkout), its own empty ``/tmp``
+  and working directory, the unprivileged uid 65534 with no capabilities, ``PYTHONSAFEPATH=1``,
+  an address-space and CPU-time limit, and a pid namespace that dies with it (a forked process
+  cannot outlive the grading). ZMQ talks to it over ``ipc`` sockets in a folder bound into the
+  sandbox: TCP loopback does not cross ``--unshare-net``.
+- a **graded cell is never run in the kernel**. :class:`SandboxedExecute` (nbgrader's ``Execute``
+  replaced in ``Autograde.autograde_preprocessors``) reads the cell's answer expression, asks the
+  kernel what it is (a function or a value), and runs the *trusted* checker
+  ``transformer_lib.exercises.get(name)`` in the autograder's own process with a
+  :class:`KernelFunction` standing in for the student's function. Each call pickles the
+  checker's arguments into the sandbox (trusted to untrusted) and brings the result back as data
+  only: a ``torch.load(weights_only=True)`` file of tagged tensors, numbers, strings and
+  containers, never an object the kernel chose (:func:`decode`). The cell's outputs are written
+  here: a printed verdict, and an error output for NOT YET so that nbgrader scores it 0.
+
+So a student's code can change only what its own function returns. What this does not stop: an
+answer that calls the library's own reference function (the registry has no solutions, but
+``transformer_lib.attention`` is there to be imported: a human reading the submission sees it), and
+whatever the sandbox's kernel is allowed (reading the library and the interpreter's files, using
+its CPU share until the time limit).
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from nbformat import v4
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Float, Integer, Unicode
+
+__all__ = ["NOBODY", "sandbox_command", "SandboxedKernelManager", "KernelFunction", "KernelError",
+           "decode", "KERNEL_CALL", "SandboxedExecute", "bwrap_available"]
+
+NOBODY = 65534                    # the uid and gid a sandboxed kernel has inside its namespace
+RESULT_LIMIT = 64 * 2**20         # bytes: a result file larger than this is refused
+MAX_DEPTH = 32                    # nesting of lists/tuples/dicts a result may have
+
+
+def bwrap_available() -> bool:
+    """True when ``bwrap`` is on PATH (``make sandbox-deps`` installs Debian's bubblewrap)."""
+    return shutil.which("bwrap") is not None
+
+
+def _readable_roots() -> list[str]:
+    """What a kernel must read: the interpreter (the venv and the Python it points at) and the
+    packages an editable install serves from outside it (``transformer_lib`` only: the checkout's
+    ``chapters/`` and ``tests/`` hold the solutions)."""
+    import transformer_lib
+    roots = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent),
+             str(Path(transformer_lib.__file__).resolve().parent)}
+    return sorted(r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots))
+
+
+def _hidden_files() -> list[str]:
+    """The exercises' data files (expected numbers): the trusted checker reads them, the
+    student's kernel sees an empty file in their place."""
+    import transformer_lib
+    folder = Path(transformer_lib.__file__).resolve().parent / "exercises"
+    return sorted(str(p) for p in folder.glob("*") if p.is_file() and p.suffix not in (".py", ".pyc"))
+
+
+def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str] = (),
+                    memory_bytes: int = 4 * 2**30, cpu_seconds: int = 900,
+                    env: dict[str, str] | None = None) -> list[str]:
+    """``argv`` wrapped in bubblewrap: a new user, pid, net, ipc, uts and cgroup namespace, the
+    system's ``/usr`` and ``/etc``, the interpreter and the library read-only, ``writable``
+    folders bound at the same paths (so socket paths mean the same on both sides), a private
+    ``/tmp`` with an empty home as working directory, only ``env`` in the environment, and
+    ``prlimit`` limits on address space (``memory_bytes``) and CPU time (``cpu_seconds``)."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise ValueError("argv must be a non-empty list of strings")
+    if memory_bytes <= 0 or cpu_seconds <= 0:
+        raise ValueError(f"memory_bytes and cpu_seconds must be positive, got {memory_bytes}, {cpu_seconds}")
+    cmd = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+           "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/lib", "/lib32", "/lib64", "/sbin"):
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ["--ro-bind", top, top]
+    cmd += ["--ro-bind", "/etc", "/etc"]
+    for path in _readable_roots():
+        cmd += ["--ro-bind", path, path]
+    for path in _hidden_files():
+        cmd += ["--ro-bind", "/dev/null", path]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in writable:
+        cmd += ["--bind", path, path]
+    for path in readonly:
+        cmd += ["--ro-bind", path, path]
+    cmd += ["--dir", "/tmp/home", "--chdir", "/tmp/home", "--clearenv"]
+    for key, value in (env or {}).items():
+        cmd += ["--setenv", key, value]
+    return cmd + ["--", "prlimit", f"--as={memory_bytes}", f"--cpu={cpu_seconds}", "--core=0", "--",
+                  *argv]
+
+
+def kernel_environment() -> dict[str, str]:
+    """The sandboxed kernel's whole environment: no inherited secrets, the book's CPU settings,
+    one thread (parallel autogrades do not oversubscribe the cores) and ``PYTHONSAFEPATH=1`` (no
+    folder of the working directory shadows a package)."""
+    env = {"HOME": "/tmp/home", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+           "LANG": "C.UTF-8", "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
+           "TLIB_DEVICE": "cpu", "TLIB_STATIC_WIDGETS": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("TLIB_") and k != "TLIB_DEVICE"})
+    return env
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel started inside :func:`sandbox_command`, reached over ``ipc`` sockets in
+    ``sandbox_dir/kernel`` (bound into the sandbox at the same path). Interrupts go as messages
+    (a signal would reach bwrap, not the kernel)."""
+
+    sandbox_dir = Unicode("", help="a private folder (0700) for the sockets and the calls' files")
+    memory_bytes = Integer(4 * 2**30, help="address-space limit of the kernel process")
+    cpu_seconds = Integer(900, help="CPU-time limit of the kernel process")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if not self.sandbox_dir:
+            raise ValueError("SandboxedKernelManager needs sandbox_dir")
+        self.transport = "ipc"
+        self.connection_file = os.path.join(self.kernel_folder, "kernel.json")
+
+    @property
+    def kernel_folder(self) -> str:
+        return os.path.join(self.sandbox_dir, "kernel")
+
+    @property
+    def inbox(self) -> str:
+        return os.path.join(self.sandbox_dir, "in")
+
+    async def _async_pre_start_kernel(self, **kw):
+        cmd, kw = await super()._async_pre_start_kernel(**kw)
+        self.kernel_spec.interrupt_mode = "message"
+        return cmd, kw
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        argv = super().format_kernel_cmd(extra_arguments)
+        return sandbox_command(argv, writable=[self.kernel_folder], readonly=[self.inbox],
+                               memory_bytes=self.memory_bytes, cpu_seconds=self.cpu_seconds,
+                               env=kernel_environment())
+
+
+# -- what runs in the kernel ------------------------------------------------------------------------
+
+# One call into the sandbox: evaluate the answer expression in the student's namespace, call it
+# with the pickled arguments (or describe it when there are none), write the outcome as tagged
+# data. Defined afresh for every call; a student who replaces it only breaks their own answer.
+KERNEL_CALL = r'''
+def __tlib_grading_call(namespace, expression, args_path, out_path):
+    import os, pickle
+    import numpy, torch
+
+    def encode(x, depth=0):
+        if depth > %(depth)d:
+            raise TypeError("the result nests too deeply")
+        if x is None:
+            return ["none"]
+        if x is Ellipsis:
+            return ["ellipsis"]
+        if isinstance(x, bool):
+            return ["bool", bool(x)]
+        if isinstance(x, int):
+            return ["int", int(x)]
+        if isinstance(x, float):
+            return ["float", float(x)]
+        if isinstance(x, str):
+            return ["str", str(x)]
+        if isinstance(x, bytes):
+            return ["bytes", bytes(x)]
+        if isinstance(x, torch.Tensor):
+            return ["tensor", x.detach().cpu().contiguous().clone()]
+        if isinstance(x, numpy.ndarray):
+            return ["ndarray", torch.from_numpy(numpy.ascontiguousarray(x).copy())]
+        if isinstance(x, numpy.generic):
+            return ["npscalar", torch.from_numpy(numpy.asarray(x).reshape(1).copy())]
+        if isinstance(x, tuple):
+            return ["tuple", [encode(i, depth + 1) for i in x]]
+        if isinstance(x, list):
+            return ["list", [encode(i, depth + 1) for i in x]]
+        if isinstance(x, (set, frozenset)):
+            return ["set", [encode(i, depth + 1) for i in x]]
+        if isinstance(x, dict):
+            return ["dict", [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]]
+        raise TypeError(f"the grader takes tensors, arrays, numbers, strings, lists, tuples and dicts, "
+                        f"not {type(x).__name__}")
+
+    try:
+        value = eval(expression, namespace)
+        if args_path is None:
+            is_function = callable(value) and not isinstance(value, (torch.Tensor, numpy.ndarray))
+            out = ["ok", ["function"] if is_function else encode(value)]
+        else:
+            with open(args_path, "rb") as f:
+                args, kwargs = pickle.load(f)
+            out = ["ok", encode(value(*args, **kwargs))]
+    except BaseException as err:
+        out = ["raise", type(err).__name__, str(err)[:500]]
+    torch.save(out, out_path + ".part")
+    os.replace(out_path + ".part", out_path)
+'''.replace("%(depth)d", str(MAX_DEPTH))
+
+
+class KernelError(Exception):
+    """The student's code raised in the sandbox; the message names its type and says what it said."""
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]{0,59}\Z")
+
+
+def _raised(ename, evalue) -> Exception:
+    """The exception a checker sees for an error in the kernel (names and text only)."""
+    ename = ename if isinstance(ename, str) and _IDENTIFIER.match(ename) else "Error"
+    evalue = evalue[:500] if isinstance(evalue, str) else ""
+    if ename == "NotImplementedError":
+        return NotImplementedError(evalue)
+    return type(ename, (KernelError,), {})(evalue)  # the checker says "your answer raised ValueError: ..."
+
+
+def decode(node, depth: int = 0, *, top: bool = False):
+    """The value a tagged result tree stands for, checked node by node: only tensors, NumPy
+    arrays and scalars, Python numbers, strings, bytes and containers of them come out (a
+    ``["function"]`` node only at the top, where it describes the answer itself). Anything else
+    raises :class:`KernelError`: an object that compares equal to everything cannot be sent."""
+    import numpy as np
+    import torch
+    if depth > MAX_DEPTH + 1:
+        raise KernelError("the result nests too deeply")
+    if not isinstance(node, list) or not node or not isinstance(node[0], str):
+        raise KernelError("the kernel sent a malformed result")
+    tag, rest = node[0], node[1:]
+    scalars = {"bool": bool, "int": int, "float": float, "str": str, "bytes": bytes}
+    if tag in ("none", "ellipsis", "function") and not rest:
+        if tag == "function":
+            if not top:
+                raise KernelError("a result may not hold a function")
+            return KernelFunction
+        return None if tag == "none" else Ellipsis
+    if tag in scalars and len(rest) == 1 and type(rest[0]) is scalars[tag]:
+        return rest[0]
+    if tag in ("tensor", "ndarray", "npscalar") and len(rest) == 1 and type(rest[0]) is torch.Tensor:
+        t = rest[0]
+        if tag == "tensor":
+            return t
+        if tag == "ndarray":
+            return t.numpy()
+        if t.numel() == 1:
+            return t.numpy().reshape(())[()]
+    if tag in ("tuple", "list", "set") and len(rest) == 1 and type(rest[0]) is list:
+        items = [decode(item, depth + 1) for item in rest[0]]
+        return {"tuple": tuple, "list": list, "set": set}[tag](items)
+    if tag == "dict" and len(rest) == 1 and type(rest[0]) is list:
+        pairs = rest[0]
+        if not all(type(p) is list and len(p) == 2 for p in pairs):
+            raise KernelError("the kernel sent a malformed dict")
+        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in pairs}
+    raise KernelError(f"the kernel sent a malformed {tag!r} node")
+
+
+def read_result(path: str):
+    """Load a result file the kernel wrote: a regular file (no link, no FIFO), at most
+    ``RESULT_LIMIT`` bytes, through ``torch.load(weights_only=True)`` (no object is unpickled)."""
+    import torch
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise KernelError("the kernel wrote no result (did the code stop the grader's call?)") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > RESULT_LIMIT:
+            raise KernelError("the kernel's result is not a plain file of a sensible size")
+        data = f.read(RESULT_LIMIT + 1)
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as err:  # an object the safe loader refuses
+        raise KernelError(f"the result cannot be read as data ({type(err).__name__})") from None
+
+
+def _dead_kernel_output():
+    return v4.new_output("error", ename="DeadKernelError", evalue="the kernel had stopped",
+                         traceback=["DeadKernelError: the kernel had stopped (an earlier cell ended it or hung)"])
+
+
+class KernelFunction:
+    """The student's function as the trusted checker sees it: calling it runs the function in
+    the sandboxed kernel on the (pickled) arguments and returns the result as data."""
+
+    def __init__(self, grader: "SandboxedExecute", expression: str):
+        self._grader, self._expression = grader, expression
+
+    def __call__(self, *args, **kwargs):
+        return self._grader.kernel_call(self._expression, (args, kwargs))
+
+    def __repr__(self) -> str:
+        return f"<the student's {self._expression} (in the sandbox)>"
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's ``Execute`` with the kernel in a sandbox and the graded cells decided here.
+
+    Non-graded cells run in the sandboxed kernel as usual. A graded cell (``assert check("name",
+    answer)``, restored from the gradebook by nbgrader before this runs) is not executed: the
+    checker runs in this process against a :class:`KernelFunction` or the answer's value, and the
+    cell gets the verdict as its output (an ``AssertionError`` output when NOT YET)."""
+
+    call_timeout = Integer(60, help="seconds one call of the student's function may take").tag(config=True)
+    memory_bytes = Integer(4 * 2**30, help="address-space limit of the sandboxed kernel").tag(config=True)
+    cpu_seconds = Integer(900, help="CPU-time limit of the sandboxed kernel").tag(config=True)
+    require_sandbox = Bool(True, help="refuse to grade when bwrap is missing").tag(config=True)
+    notebook_timeout = Integer(1200, help="seconds a whole submission may take; later cells are skipped").tag(config=True)
+    probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        if self.require_sandbox and not bwrap_available():
+            raise RuntimeError("bwrap is not installed: run `make sandbox-deps` (Debian's bubblewrap)")
+        self._sandbox = tempfile.mkdtemp(prefix="tlib-grade-")
+        os.mkdir(os.path.join(self._sandbox, "kernel"), 0o700)
+        os.mkdir(os.path.join(self._sandbox, "in"), 0o700)
+        self._calls, self._unresponsive = 0, False
+        self.timings = {"kernel_start": None, "cells": 0.0, "checks": 0.0}
+        self._start = time.perf_counter()
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            shutil.rmtree(self._sandbox, ignore_errors=True)
+            t = self.timings
+            self.log.info("sandboxed grading: kernel start %.2f s, notebook cells %.2f s, checks %.2f s "
+                          "(%d calls into the kernel)", t["kernel_start"] or 0.0, t["cells"], t["checks"], self._calls)
+
+    def create_kernel_manager(self):
+        if not self.kernel_name:
+            self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        self.km = SandboxedKernelManager(kernel_name=self.kernel_name, config=self.config,
+                                         sandbox_dir=self._sandbox, memory_bytes=self.memory_bytes,
+                                         cpu_seconds=self.cpu_seconds)
+        return self.km
+
+    def preprocess_cell(self, cell, resources, index):
+        if self.timings["kernel_start"] is None:  # the kernel is up and has answered kernel_info
+            self.timings["kernel_start"] = time.perf_counter() - self._start
+        start = time.perf_counter()
+        try:
+            return self._preprocess_cell(cell, resources, index)
+        finally:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            self.timings["checks" if meta.get("grade") else "cells"] += time.perf_counter() - start
+
+    def _preprocess_cell(self, cell, resources, index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade"):
+            self._index = index
+            self._grade_cell(cell)
+            self.nb.cells[index] = cell  # nbclient stored the grader's own calls at this index
+            return cell, self.resources
+        if cell.cell_type == "code" and self._unresponsive:
+            cell.outputs = [_dead_kernel_output()]
+            return cell, self.resources
+        if time.perf_counter() - self._start > self.notebook_timeout:
+            self._unresponsive = True
+            cell.outputs = [_dead_kernel_output()]
+            return cell, self.resources
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+            if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
+                self._index = index
+                if not self._execute_quietly("pass", self.probe_timeout):  # interrupted, or hung for good?
+                    self._unresponsive = True
+                self.nb.cells[index] = cell
+            return cell, resources
+        except Exception as err:  # the student's code ended or broke its kernel: the rest scores nothing
+            self.log.warning("the kernel stopped answering at cell %d (%s): no further cell runs",
+                             index, type(err).__name__)
+            self._unresponsive = True
+            cell.outputs = [_dead_kernel_output()]
+            return cell, self.resources
+
+    # -- one graded cell ---------------------------------------------------------------------------
+
+    def _grade_cell(self, cell) -> None:
+        from bookkit.course import check_call
+        from transformer_lib.exercises import Result, get
+        try:
+            name, expression = check_call(cell.source.replace("assert check(", "check(", 1))
+            exercise = get(name)
+        except ValueError as err:  # not a check cell this course wrote: no automatic points
+            result = Result("?", False, f"this graded cell is not a check the grader knows ({err})")
+        else:
+            try:
+                answer = self._describe(expression)
+            except Exception as err:
+                result = Result(name, False, f"your answer raised {type(err).__name__}: {err}")
+            else:
+                result = exercise.run(answer)
+        cell.execution_count = None
+        cell.outputs = [v4.new_output("stream", name="stdout", text=f"{result}\n")]
+        if not result.passed:
+            cell.outputs.append(v4.new_output("error", ename="AssertionError", evalue=str(result),
+                                              traceback=[f"AssertionError: {result}"]))
+
+    def _describe(self, expression: str):
+        value = self._run_in_kernel(expression, None)
+        return KernelFunction(self, expression) if value is KernelFunction else value
+
+    def kernel_call(self, expression: str, arguments: tuple):
+        return self._run_in_kernel(expression, arguments)
+
+    def _run_in_kernel(self, expression: str, arguments):
+        import pickle
+        if self._unresponsive:
+            raise _raised("TimeoutError", "the kernel stopped answering after an earlier call")
+        self._calls += 1
+        args_path = None
+        if arguments is not None:
+            args_path = os.path.join(self._sandbox, "in", f"args-{self._calls}.pkl")
+            fd = os.open(args_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(arguments, f)
+        out_path = os.path.join(self._sandbox, "kernel", f"result-{self._calls}.pt")
+        code = KERNEL_CALL + (f"__tlib_grading_call(globals(), {expression!r}, {args_path!r}, {out_path!r})\n"
+                              "del __tlib_grading_call\n")
+        timed_out = not self._execute_quietly(code, self.call_timeout)
+        try:
+            if timed_out:
+                if not self._execute_quietly("pass", self.probe_timeout):
+                    self._unresponsive = True
+                raise _raised("TimeoutError", f"the call took longer than {self.call_timeout} s")
+            outcome = read_result(out_path)
+        finally:
+            for path in (args_path, out_path):
+                if path and os.path.lexists(path):
+                    os.unlink(path)
+        if not isinstance(outcome, list) or not outcome or outcome[0] not in ("ok", "raise"):
+            raise KernelError("the kernel sent a malformed result")
+        if outcome[0] == "raise":
+            raise _raised(*(outcome[1:3] if len(outcome) == 3 else ("Error", "")))
+        if len(outcome) != 2:
+            raise KernelError("the kernel sent a malformed result")
+        return decode(outcome[1], top=arguments is None)
+
+    def _execute_quietly(self, code: str, timeout: float) -> bool:
+        """Run ``code`` in the kernel as a cell of its own (outputs dropped); False on a timeout."""
+        cell = v4.new_code_cell(code)
+        saved = self.timeout
+        self.timeout = int(max(1, timeout))
+        try:
+            self.execute_cell(cell, self._index, store_history=False)
+        except Exception:  # a dead kernel, or one whose messages no longer make sense
+            self._unresponsive = True
+            return False
+        finally:
+            self.timeout = saved
+        return not any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"
+                       for o in cell.outputs)
+
+
+# -- a class at once ----------------------------------------------------------------------------------
+
+def autograde_class(course: str | Path, assignment: str, jobs: int = 2, students: list[str] | None = None,
+                    extra: list[str] = (), retries: int = 1) -> dict[str, dict]:
+    """Autograde every submission of ``assignment``, ``jobs`` nbgrader processes side by side.
+
+    nbgrader grades one submission after another, and each ``nbgrader autograde`` process first
+    spends about 5 CPU-seconds importing nbgrader, torch and the checkers. So the class is dealt
+    into ``jobs`` groups, one process each (``--CourseDirectory.student_id_exclude`` leaves the
+    others to the other processes): two groups keep two cores busy, and the imports are paid
+    twice, not once per student. A submission whose grading failed (a kernel that did not start
+    under load, the gradebook locked by the other process) is graded again alone, ``retries``
+    times. Returns ``{student: {"seconds": its share of its group's wall time, "log": nbgrader's
+    log for it}}``."""
+    import subprocess
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    course = Path(course)
+    everyone = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}"))
+    students = everyone if students is None else list(students)
+    if not students or not set(students) <= set(everyone):
+        raise ValueError(f"students must be submitters of {assignment!r} under {course / 'submitted'}, "
+                         f"got {sorted(set(students) - set(everyone)) or 'none'}")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def run(group: list[str]) -> dict[str, dict]:
+        others = ",".join(s for s in everyone if s not in group)
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--force",
+                               f"--CourseDirectory.student_id_exclude={others}", *extra],
+                              cwd=course, env=env, capture_output=True, text=True)
+        seconds = (time.perf_counter() - start) / len(group)
+        logs = _split_log(proc.stdout + proc.stderr, course / "submitted", assignment)
+        failed = ("Removing failed assignment", "There was an error processing assignment")
+        return {s: {"seconds": seconds, "log": logs.get(s, ""),
+                    "ok": s in logs and not any(f in logs[s] for f in failed)} for s in group}
+
+    groups = [students[i::jobs] for i in range(jobs) if students[i::jobs]]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        graded = {s: r for part in pool.map(run, groups) for s, r in part.items()}
+    for student in [s for s in students if not graded[s]["ok"]]:
+        for _ in range(retries):
+            graded[student] = run([student])[student]
+            if graded[student]["ok"]:
+                break
+        else:
+            raise RuntimeError(f"autograde of {student} failed:\n{graded[student]['log'][-3000:]}")
+    return {s: {"seconds": graded[s]["seconds"], "log": graded[s]["log"]} for s in students}
+
+
+def _split_log(log: str, submitted: Path, assignment: str) -> dict[str, str]:
+    """nbgrader's log of several students, cut where each one's grading starts."""
+    parts, student = {}, None
+    for line in log.splitlines(keepends=True):
+        match = re.search(r"Sanitizing .*?submitted[/\\]([^/\\]+)[/\\]" + re.escape(assignment), line)
+        if match:
+            student = match.group(1)
+        if student is not None:
+            parts[student] = parts.get(student, "") + line
+    return parts
+
+
+def main(argv=None) -> int:
+    import argparse
+    import time
+    parser = argparse.ArgumentParser(prog="python -m bookkit.grading",
+                                     description="autograde every submission of an assignment, in parallel")
+    parser.add_argument("assignment")
+    parser.add_argument("--course", default=".", help="the course directory (with nbgrader_config.py)")
+    parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default 2)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    graded = autograde_class(args.course, args.assignment, args.jobs)
+    print(f"autograded {len(graded)} submissions of {args.assignment} in {time.perf_counter() - start:.1f} s "
+          f"({args.jobs} at a time)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
