@@ -230,6 +230,18 @@ def check_cache_layer(cache, layer) -> None:
     check_int("layer", layer, 0, cache.num_layers - 1)
 
 
+def check_chat_messages(messages) -> list[dict]:
+    """Chat messages: a non-empty list of ``{'role': 'system'|'user'|'assistant', 'content': str}``."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(m.get("content"), str):
+            raise ValueError(f"each message must be a dict with role 'system', 'user' or 'assistant' and a "
+                             f"string content, got {m!r}")
+    return list(messages)
+
+
 # --- distributed training (chapter 18, transformer_lib.distributed) ---
 
 def check_distributed_run(strategy, steps, global_batch, world_size, seed) -> None:

@@ -230,20 +230,19 @@ class PretrainedEncoder:
         return (f"PretrainedEncoder({self.name}: {c.num_layers} layers, {c.num_heads} heads, "
                 f"d_model {c.d_model}, {n / 1e6:.1f}M parameters, device {self.device})")
 
-    # -- text -> ids ------------------------------------------------------------------------
-    def _check_text(self, text) -> str:
-        check_text(text)  # a str of valid Unicode (a lone surrogate is a ValueError, not a TypeError)
-        return text
-
+    # -- text -> ids: every text is checked by _checks.check_text (valid Unicode, no lone surrogate) -----
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens with [CLS] first and [SEP] last, e.g. 'tired' or '##ness' pieces."""
-        return self.tokenizer.encode(self._check_text(text)).tokens
+        check_text(text)
+        return self.tokenizer.encode(text).tokens
 
     def token_ids(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Padded ``input_ids`` (B, L) and ``attention_mask`` (B, L), L = the longest text."""
         if isinstance(texts, str) or not isinstance(texts, Sequence) or len(texts) == 0:
             raise ValueError("texts must be a non-empty list of strings, e.g. ['a sentence', 'another']")
-        encs = self.tokenizer.encode_batch([self._check_text(t) for t in texts])
+        for t in texts:
+            check_text(t)
+        encs = self.tokenizer.encode_batch(list(texts))
         L = max(len(e.ids) for e in encs)
         ids = torch.zeros(len(encs), L, dtype=torch.long)  # 0 = [PAD]
         mask = torch.zeros(len(encs), L, dtype=torch.long)
@@ -272,7 +271,7 @@ class PretrainedEncoder:
 
     @torch.no_grad()
     def _single(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, mask = self.token_ids([self._check_text(text)])
+        ids, mask = self.token_ids([text])  # checked there
         return ids.to(self.device), mask.to(self.device)
 
     @torch.no_grad()

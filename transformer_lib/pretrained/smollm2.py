@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .._checks import check_text
+from .._checks import check_chat_messages, check_text
 from ..device import get_device
 from ..sampling import beam_search, generate_ids
 from .gguf import bpe_tokenizer_from_gguf, read_gguf, read_gguf_metadata
@@ -69,22 +69,11 @@ def load_smollm2_tokenizer():
     return bpe_tokenizer_from_gguf(_metadata(str(smollm2_gguf_path())))
 
 
-def _check_messages(messages) -> list[dict]:
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
-                or not isinstance(m.get("content"), str):
-            raise ValueError(f"each message must be a dict with role 'system', 'user' or 'assistant' and a "
-                             f"string content, got {m!r}")
-    return list(messages)
-
-
 def render_chat(template: str, messages, add_generation_prompt: bool = True) -> str:
     """Render a Jinja chat template in a sandbox (the template comes from the model file)."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=_check_messages(messages),
+    return env.from_string(template).render(messages=check_chat_messages(messages),
                                             add_generation_prompt=add_generation_prompt)
 
 
