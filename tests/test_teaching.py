@@ -1,17 +1,17 @@
-"""Teaching kit: student copies without solutions that still run, instructor copies, slides, progress."""
+"""Teaching kit: student copies without solutions that still run, instructor copies, progress.
+
+The slides are tested in tests/test_slides.py."""
 import builtins
-import re
 import symtable
 
 import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from bookkit import copies, progress, slides
+from bookkit import copies, progress
 from bookkit.conventions import CHAPTERS, chapter_files, is_check_cell, tags_of
 
 NOTEBOOKS = chapter_files(CHAPTERS)
-URL_ATTR = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
 
 @pytest.fixture(scope="module")
@@ -109,19 +109,3 @@ def test_instructor_copy(tmp_path):
     written = copies.write_instructor(CHAPTERS, tmp_path)
     assert {p.name for p in written} >= {p.name for p in NOTEBOOKS}
     assert all((tmp_path / p.with_suffix(".md").name).exists() for p in NOTEBOOKS)
-
-
-def test_slides_deck_is_offline(tmp_path):
-    nb_path = NOTEBOOKS[0]
-    deck = slides.build_decks([nb_path], tmp_path)[0]
-    page = deck.read_text()
-    nb = nbformat.read(str(nb_path), as_version=4)
-    headings = sum(len(re.findall(r"(?m)^#{1,3} ", c.source)) for c in nb.cells if c.cell_type == "markdown")
-    assert page.count("<section>") == headings
-    assert not URL_ATTR.search(page), "the deck references an external URL"
-    for ref in re.findall(r"""(?:src|href)=["']([^"']+)["']""", page):
-        if not ref.startswith("data:"):
-            assert (tmp_path / ref).exists(), f"missing local asset {ref}"
-    for css in tmp_path.glob("_assets/**/*.css"):
-        assert not re.search(r"url\(\s*['\"]?https?:", css.read_text()), f"{css.name} loads a remote resource"
-    assert "\\(" in page  # math is left for the local MathJax
