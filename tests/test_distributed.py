@@ -81,6 +81,19 @@ def test_world_size_invariance(reference, strategy, world_size):
         assert result["losses"] == results[0]["losses"] and result["state"] == {}
 
 
+def test_ddp_buckets_overlap_backward():
+    """With small buckets DDP launches some all-reduces before backward has reached the first
+    layer, and the buckets together hold every gradient exactly once."""
+    events = tld.launch(tld.ddp_bucket_events, 2, timeout=120)[0]
+    first_layer = events.index("gradient of the positional embedding")
+    buckets = [e for e in events if e.startswith("bucket")]
+    assert len(buckets) >= 3 and any(e.startswith("bucket") for e in events[:first_layer])
+    assert events[-1] == "backward returns"
+    total = sum(int(e.split("all-reduce of ")[1].split(" bytes")[0].replace(",", "")) for e in buckets)
+    model = tld.build_model(tld.book_tokens()[1], seed=0)
+    assert total == 4 * sum(p.numel() for p in model.parameters())
+
+
 def test_different_seed_differs(reference):
     """The tolerance is far below what a real difference looks like."""
     other = tld.launch(tld.train, 2, "ddp", STEPS, BATCH, 1, timeout=120)[0]

@@ -35,7 +35,7 @@ from ..model import DecoderOnlyLM
 from ..training import causal_lm_loss, lm_batch, make_adamw, warmup_cosine_schedule
 
 __all__ = ["Recipe", "STRATEGIES", "rank_rows", "allreduce_gradients", "book_tokens", "build_model",
-           "wrap", "full_state_dict", "train", "state_bytes"]
+           "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events"]
 
 STRATEGIES = ("hand", "ddp", "fsdp")
 
@@ -172,3 +172,33 @@ def train(rank: int, world_size: int, strategy: str, steps: int, global_batch: i
         result["bytes"] = state_bytes(model, optimizer)
         result["sent_per_step"] = sent
     return result
+
+
+def ddp_bucket_events(rank: int, world_size: int, bucket_cap_mb: float = 0.1, seed: int = 0) -> list[str]:
+    """Run on every rank: one DDP step of the recipe with small buckets, recording in order each
+    bucket's all-reduce as DDP launches it (its parameters and bytes) and the moment backward
+    computes the gradient of the positional embedding, the first module of the forward pass and
+    so the last of the backward. Buckets launched before that moment overlap the rest of backward.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    ids, vocab_size = book_tokens()
+    model = build_model(vocab_size, seed)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    events: list[str] = []
+
+    def hook(state, bucket):
+        names = [n for n, p in model.named_parameters() if any(p is q for q in bucket.parameters())]
+        events.append(f"bucket {bucket.index()}: all-reduce of {bucket.buffer().numel() * 4:,} bytes "
+                      f"({len(names)} tensors, {names[-1]} ... {names[0]})")
+        return allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    model.pos.embedding.weight.register_hook(lambda g: events.append("gradient of the positional embedding"))
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(2):  # DDP rebuilds its buckets in the order gradients arrived after the first step
+        events.clear()
+        rows = rank_rows(lm_batch(ids, 2 * world_size, model.pos.embedding.num_embeddings, generator), rank,
+                         world_size)  # (2, context)
+        causal_lm_loss(ddp(rows), rows).backward()
+        events.append("backward returns")
+    return events
