@@ -88,3 +88,42 @@ def test_grouped_query_records_its_causal_mask_and_its_cached_keys():
         model(tokens)
     for step, whole in zip(calls[2:], full):  # the cached step's weights are the full pass's last row
         torch.testing.assert_close(step.weights[:, :, 0], whole.weights[:, :, -1], atol=1e-6, rtol=0)
+
+
+def _two_decoders():
+    torch.manual_seed(0)
+    gpt = tl.DecoderOnlyLM(17, 16, 4, 3, positional="rope").eval()
+    cfg = LlamaConfig(vocab_size=17, d_model=16, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=24,
+                      context_length=32)
+    return {"DecoderOnlyLM": gpt, "LlamaDecoder": LlamaDecoder(cfg).eval()}
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_blocks_i_is_the_residual_stream_after_block_i_in_both_decoders(name):
+    from transformer_lib.probes import patch_activations, record_activations
+    model = _two_decoders()[name]
+    tokens = torch.randint(0, 17, (2, 6))
+    with torch.no_grad():
+        with record_activations(model, ["blocks.0", "blocks.2"]) as acts:
+            logits = model(tokens)
+        x = model.embed(tokens)  # (B, L, D); both use RoPE inside attention, no added positions
+        by_hand = model.blocks[0](x, mask=tl.causal_mask(6)) if name == "DecoderOnlyLM" else model.blocks[0](x)
+        torch.testing.assert_close(acts["blocks.0"], by_hand, atol=1e-6, rtol=0)  # (B, L, D) after block 0
+        last = model.norm(acts["blocks.2"])  # the final norm, then the (tied) output matrix
+        head = model.head(last) if name == "DecoderOnlyLM" else last @ model.embed.weight.T
+        torch.testing.assert_close(head, logits, atol=1e-5, rtol=0)
+        with patch_activations(model, {"blocks.0": acts["blocks.0"]}):  # patching in its own value
+            assert torch.equal(model(tokens), logits)
+        with patch_activations(model, {"blocks.0": lambda out: torch.zeros_like(out)}):
+            zeroed = model(tokens)
+        assert not torch.allclose(zeroed, logits)
+        assert torch.equal(model(tokens), logits)  # hooks gone
+        with pytest.raises(ValueError, match="shape"):
+            with patch_activations(model, {"blocks.1": torch.zeros(1, 2)}):
+                model(tokens)
+    with pytest.raises(ValueError, match="no module 'blocks.9'"):
+        with record_activations(model, ["blocks.9"]):
+            pass
+    with pytest.raises(ValueError, match="names"):
+        with record_activations(model, "blocks.0"):
+            pass

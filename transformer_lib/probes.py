@@ -7,7 +7,8 @@ tables and figures from what the modules did rather than from numbers typed by h
   attention module (multi-head or grouped-query) inside a model and records, per call,
   the query, key and value it received, its mask and, with ``weights=True``, its attention
   weights. This is the library's one way to look at attention weights: no layer or model keeps
-  a copy of its own. :func:`mask_kind` names a recorded mask.
+  a copy of its own. :func:`mask_kind` names a recorded mask. :func:`record_activations` and
+  :func:`patch_activations` read and replace any module's output by its path (``"blocks.3"``).
 * Head scores: :func:`head_scores` (chapter 3: how much weight each head puts on the answer of
   each of the three lookups), :func:`diagonal_score`, :func:`column_score` and
   :func:`head_pattern_scores` (chapters 2, 14: previous / next / same token, [CLS], [SEP]).
@@ -33,8 +34,9 @@ from .grouped_query import GroupedQueryAttention
 from .multihead import MultiHeadAttention
 from .tasks import LOOKUP_TASKS, answer_keys
 
-__all__ = ["AttentionCall", "record_attention", "mask_kind", "head_scores", "diagonal_score",
-           "column_score", "head_pattern_scores", "dependency_map", "input_gradient_norms"]
+__all__ = ["AttentionCall", "record_attention", "record_activations", "patch_activations", "mask_kind",
+           "head_scores", "diagonal_score", "column_score", "head_pattern_scores", "dependency_map",
+           "input_gradient_norms"]
 
 
 # -- recording what every attention module did ------------------------------------------------------
@@ -171,6 +173,67 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
     handles += [m.register_forward_hook(hook_for(name), with_kwargs=True) for name, m in modules]
     try:
         yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _modules_named(model: nn.Module, names) -> dict[str, nn.Module]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names) or not names:
+        raise ValueError(f"names must be a non-empty list of module paths such as 'blocks.0', got {names!r}")
+    modules = dict(model.named_modules())
+    missing = [n for n in names if n not in modules]
+    if missing:
+        raise ValueError(f"{type(model).__name__} has no module {missing[0]!r}; its blocks are "
+                         f"{[n for n in modules if n.count('.') == 1 and n.startswith('blocks.')][:4]} ...")
+    return {n: modules[n] for n in names}
+
+
+@contextlib.contextmanager
+def record_activations(model: nn.Module, names) -> Iterator[dict[str, torch.Tensor]]:
+    """Record the output of the modules at ``names`` (paths of ``model.named_modules()``) during
+    the ``with`` block: ``{name: tensor}``, the last call's output, detached.
+
+    Every block of the library returns one tensor, the residual stream after it, so
+    ``"blocks.{i}"`` is the state after block i in the reader's GPT and in SmolLM2 alike."""
+    modules = _modules_named(model, names)
+    seen: dict[str, torch.Tensor] = {}
+
+    def hook_for(name: str) -> Callable:
+        def hook(module, args, output):
+            seen[name] = output.detach()
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(n)) for n, m in modules.items()]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def patch_activations(model: nn.Module, patches: dict) -> Iterator[None]:
+    """Replace the output of the modules named in ``patches`` inside the ``with`` block (activation
+    patching): each value is a tensor of the output's shape, or a function ``output -> new output``."""
+    if not isinstance(patches, dict):
+        raise TypeError(f"patches must be a dict {{module path: tensor or function}}, got {type(patches).__name__}")
+    modules = _modules_named(model, list(patches))
+
+    def hook_for(name: str) -> Callable:
+        def hook(module, args, output):
+            new = patches[name](output) if callable(patches[name]) else patches[name]
+            if not isinstance(new, torch.Tensor) or new.shape != output.shape:
+                raise ValueError(f"the patch for {name!r} must be a tensor of shape {tuple(output.shape)}, "
+                                 f"got {tuple(getattr(new, 'shape', ())) or type(new).__name__}")
+            return new.to(output.dtype)
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(n)) for n, m in modules.items()]
+    try:
+        yield
     finally:
         for handle in handles:
             handle.remove()
