@@ -19,9 +19,10 @@ Modules, one concept each:
 * :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
 * :mod:`.grouped_query` grouped-query attention; :mod:`.kv_cache` the key/value cache;
   :mod:`.sampling` decoding strategies (greedy, temperature, top-k, top-p, repetition penalty,
-  beam search); SmolLM2 in :mod:`.pretrained.smollm2` (chapter 17)
+  beam search) and the one generation loop every decoder shares (``forward(tokens, cache=None)``,
+  ``new_cache()``); SmolLM2 in :mod:`.pretrained.smollm2` (chapter 17)
 * :mod:`.tasks` every synthetic data set; :mod:`.toy_models` the small models chapters train (one
-  stem, ``.blocks``); :mod:`.probes` recording attention, head scores, Jacobian dependency maps,
+  stem, ``.blocks``); :mod:`.probes` recording attention and activations, head scores, Jacobian dependency maps,
   gradient norms; :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the
   random-forest appendix; :mod:`._checks` the input checks every public call runs once
 * :mod:`.tokenization` byte-level BPE from scratch (chapter 15); :mod:`.training` the training
