@@ -454,3 +454,40 @@ def test_property_decode_takes_ids_in_the_vocabulary_or_names_them(ids):
     result = _expect(lambda: tok.decode(ids), valid, "ids" if not all(isinstance(i, int) for i in ids) else "token")
     if valid:
         assert isinstance(result, str)
+
+
+@settings(max_examples=25, deadline=None)
+@given(where=st.sampled_from(["q", "k", "v"]), value=st.sampled_from([float("nan"), float("inf"), -float("inf")]),
+       kernel=st.sampled_from(["blocked", "dense", "reference"]), causal=st.booleans(), pos=st.integers(0, 39),
+       seed=st.integers(0, 2**16))
+def test_property_a_non_finite_input_never_becomes_a_plausible_wrong_number_in_sparse_attention(
+        where, value, kernel, causal, pos, seed):
+    """A row that sees the bad entry is non-finite wherever the readable path's is (and equal where the
+    readable path stays finite, e.g. a -inf score acting as a masked key); a row that cannot see it
+    is either right (equal to the clean input's answer) or loudly non-finite (dense SDPA adds -inf
+    to a NaN score and poisons rows outside the band), never a wrong finite number."""
+    from transformer_lib.attention import scaled_dot_product_attention
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, 40, 8, generator=g) for _ in range(3))
+    clean = [t.clone() for t in (q, k, v)]
+    {"q": q, "k": k, "v": v}[where][0, 1, pos, seed % 8] = value
+    band = masks.sliding_window_mask(40, 9, causal)
+    if kernel == "reference":
+        out = sparse.sliding_window_reference(q, k, v, 9, causal, block_size=8)
+    else:
+        out = sparse.sliding_window_attention(q, k, v, 9, causal, kernel=kernel, block_size=8)
+    ref, _ = scaled_dot_product_attention(q, k, v, band)
+    right, _ = scaled_dot_product_attention(*clean, band)
+    sees = torch.zeros(40, dtype=torch.bool)
+    if where == "q":
+        sees[pos] = True
+    else:
+        sees = band[:, pos].clone()  # the queries whose window holds key pos
+    out_h, ref_h, right_h = out[0, 1], ref[0, 1], right[0, 1]  # (L, d): head 1 holds the bad entry
+    ref_ok, out_ok = ref_h.isfinite().all(-1), out_h.isfinite().all(-1)
+    assert not out_ok[sees & ~ref_ok].any(), "a row that sees a NaN or inf came out finite"
+    both = sees & ref_ok
+    assert torch.allclose(out_h[both], ref_h[both], atol=1e-5, rtol=0)
+    unseen = ~sees & out_ok
+    assert torch.allclose(out_h[unseen], right_h[unseen], atol=1e-5, rtol=0), "a row outside the band changed"
+    assert torch.allclose(out[0, 0], right[0, 0], atol=1e-5, rtol=0)  # the other head is untouched
