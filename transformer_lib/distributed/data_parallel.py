@@ -193,12 +193,12 @@ def ddp_bucket_events(rank: int, world_size: int, bucket_cap_mb: float = 0.1, se
         return allreduce_hook(state, bucket)
 
     ddp.register_comm_hook(None, hook)
-    model.pos.embedding.weight.register_hook(lambda g: events.append("gradient of the positional embedding"))
+    first_layer = next(model.pos.parameters())  # the learned position table: forward's first module
+    first_layer.register_hook(lambda g: events.append("gradient of the positional embedding"))
     generator = torch.Generator().manual_seed(seed)
     for _ in range(2):  # DDP rebuilds its buckets in the order gradients arrived after the first step
         events.clear()
-        rows = rank_rows(lm_batch(ids, 2 * world_size, model.pos.embedding.num_embeddings, generator), rank,
-                         world_size)  # (2, context)
+        rows = rank_rows(lm_batch(ids, 2 * world_size, Recipe().context, generator), rank, world_size)  # (2, context)
         causal_lm_loss(ddp(rows), rows).backward()
         events.append("backward returns")
     return events
