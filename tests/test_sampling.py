@@ -171,6 +171,7 @@ def test_generate_drives_every_decoder_and_equals_a_greedy_loop(name, model):
     assert torch.equal(generate(model, prompt, 9, use_cache=False), expected), name
     if not name.startswith("Seq2Seq"):  # the seq2seq side has one source per row: B = 2, not one prompt
         assert generate_ids(model, prompt[0], 9) == expected[0, 3:].tolist()
+        assert beam_search(model, prompt[0], 1, 9, length_penalty=0.0)[0] == expected[0, 3:].tolist()
     sampled = generate(model, prompt, 6, temperature=1.0, top_k=5, seed=4)
     assert torch.equal(sampled, generate(model, prompt, 6, temperature=1.0, top_k=5, seed=4, use_cache=False))
 
