@@ -48,7 +48,10 @@ STATISTICS = {"min": min, "median": statistics.median}
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait until every queued kernel on ``device`` has finished (no-op on the CPU)."""
-    kind = torch.device(device).type if device is not None else None
+    try:
+        kind = torch.device(device).type if device is not None else None
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must name a device ('cpu', 'cuda', 'mps'), got {device!r}") from None
     if kind in (None, "cuda") and torch.cuda.is_available():
         torch.cuda.synchronize()
     if kind in (None, "mps") and getattr(torch.backends, "mps", None) is not None \
@@ -79,6 +82,7 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
             raise ValueError(f"need repeats >= 1 and warmup >= 0 (integers), got {name}={value!r}")
     if not isinstance(cpu_time, bool):
         raise TypeError(f"cpu_time must be True or False, got {cpu_time!r}")
+    synchronize(device)  # checks the device name before anything runs
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}")
     if cpu_time and device is not None and torch.device(device).type != "cpu":
@@ -241,6 +245,8 @@ def count_flops(module: torch.nn.Module, *args, **kwargs) -> FlopCount:
     """
     from torch.utils.flop_counter import FlopCounterMode
 
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         module(*args, **kwargs)
     counts = counter.get_flop_counts()
@@ -327,6 +333,8 @@ def trace_ops(fn: Callable, *args, **kwargs) -> OpTrace:
     whole ``nn.RNN`` as one kernel that still loops over the n steps internally, so read the
     depth as a count of *dispatched* dependent operations.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     mode = _DepthMode()
     with torch.no_grad(), mode:
         fn(*args, **kwargs)
