@@ -2,11 +2,14 @@
 
     sudo .venv/bin/python benchmarks/hub.py
 
-Runs ``tests/test_hub.py`` (the one-machine JupyterHub, three students and an instructor, end to
-end; it needs root to create Unix users and ``make hub-deps`` for the proxy) with
-``TLIB_HUB_RESULTS=1``, which makes the test write its figures to the results file that the
-course guide's sizing section quotes. A plain ``make test`` runs the same test without writing.
-Run it on a quiet machine: the figures include the load average.
+Runs ``tests/test_hub.py`` (the one-machine JupyterHub over HTTPS, from a private copy of the
+checkout: two students working at once, one idle student, an instructor; it needs root to create
+Unix users, a writable cgroup hierarchy and ``make hub-deps``) with ``TLIB_HUB_RESULTS=1``, which
+makes the test write its figures to the results file that the course guide's sizing section quotes:
+spawn time, memory per student (idle server; with a kernel that ran chapter 0), the set-up steps
+(checkout copy, provisioning with the class environment, hub start, enrolment), autograde time and
+the CPU two busy loops got under the 0.5-core limit. A plain ``make test`` runs the same test
+without writing. Run it on a quiet machine: the figures include the load average.
 """
 from __future__ import annotations
 

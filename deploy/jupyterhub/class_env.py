@@ -1,0 +1,148 @@
+"""The class server's Python environment: built where every account can read it.
+
+    sudo .venv/bin/python deploy/jupyterhub/class_env.py /srv/course/env
+
+Students' servers and kernels, and the instructor's nbgrader, run as their own Unix users, so they
+must never read anything through the repository checkout or its ``.venv``: a clone in a private
+(0700) folder, or a Python under ``/root``, is out of their reach. This module builds a separate
+virtual environment (``DEST``, normally ``COURSE_ROOT/env``) that holds
+
+- a base Python every account can run: the one that made ``.venv`` if it is readable by all, else
+  the system's ``/usr/bin/pythonX.Y`` (or ``/usr/local/bin``) of the same minor version (same ABI);
+- the ``.venv``'s installed packages (torch, Jupyter, nbgrader, ...), *hard-linked* file by file
+  (``cp -al``; a real copy where the two lie on different file systems). The teaching choice here is
+  speed: a fresh ``pip install`` of torch and Jupyter takes minutes, hard links take seconds and
+  use no disk. Links are safe because pip replaces files (new inodes) rather than writing into
+  them, and because everything is owned by root and not writable by the users;
+- the library (``transformer_lib``) and the book machinery nbgrader's course config uses
+  (``bookkit``) as plain copies from the checkout, replacing the editable install that points into
+  the checkout. Nothing else from the repository: no chapters (their solutions), no tests, no
+  ``.git``. Students get their chapters as student copies in their home (``provision.py``).
+
+``build`` is idempotent: a stamp records what it was built from, and an unchanged source is not
+rebuilt.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("transformer_lib", "bookkit")   # what the class gets from the checkout, copied
+VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def readable_by_all(path: Path) -> bool:
+    """True when any account can read (and run) ``path``: o+r on it, o+x on every folder above."""
+    path = path.resolve()
+    return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
+
+
+def base_python() -> Path:
+    """A Python of this version every account can run (see the module docstring)."""
+    own = Path(sys.base_prefix) / "bin" / VERSION
+    for candidate in (own, Path("/usr/bin") / VERSION, Path("/usr/local/bin") / VERSION):
+        if candidate.exists() and readable_by_all(candidate):
+            return candidate
+    raise SystemExit(f"no {VERSION} that every account can run (tried {own}, /usr/bin, /usr/local/bin): "
+                     f"install the system's {VERSION}, or build .venv from a Python outside private folders")
+
+
+def _fingerprint(source_prefix: Path, repo: Path) -> str:
+    """What the environment is built from: the source venv's package list and the library's files."""
+    h = hashlib.sha256()
+    site = source_prefix / "lib" / VERSION / "site-packages"
+    for entry in sorted(site.iterdir()):
+        h.update(entry.name.encode())
+    for package in PACKAGES:
+        for f in sorted((repo / package).rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(repo)).encode() + str(f.stat().st_mtime_ns).encode())
+    return h.hexdigest()
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    """``dest`` becomes a copy of ``src`` made of hard links (a real copy across file systems)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["cp", "-al", str(src), str(dest)], capture_output=True)
+    if done.returncode != 0:
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest, symlinks=True)
+
+
+def _is_editable_of_checkout(name: str) -> bool:
+    return name.startswith("__editable__") and "transformer_lib" in name or \
+        name.startswith("transformer_lib-") and name.endswith(".dist-info")
+
+
+def build(dest: Path, source_prefix: Path = Path(sys.prefix), repo: Path = REPO) -> dict:
+    """Build (or keep, when up to date) the class environment in ``dest``; return what was done."""
+    import time
+    start = time.perf_counter()
+    dest = dest.resolve()
+    if dest.exists() and dest.stat().st_uid != os.geteuid():
+        raise SystemExit(f"{dest} belongs to another account: build the class environment in a folder of your own")
+    stamp = dest / ".class-env.json"
+    fingerprint = _fingerprint(source_prefix, repo)
+    if stamp.exists() and json.loads(stamp.read_text()).get("fingerprint") == fingerprint:
+        return {"built": False, "seconds": round(time.perf_counter() - start, 2), "path": str(dest)}
+    if dest.exists():
+        shutil.rmtree(dest)
+    python = base_python()
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(dest)], check=True)
+
+    src_site = source_prefix / "lib" / VERSION / "site-packages"
+    site = dest / "lib" / VERSION / "site-packages"
+    site.rmdir()
+    _link_tree(src_site, site)
+    for entry in list(site.iterdir()):          # the editable install points into the checkout
+        if _is_editable_of_checkout(entry.name):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.so")
+    for package in PACKAGES:
+        shutil.copytree(repo / package, site / package, ignore=ignore)
+    info = site / "transformer_lib-0.0.dist-info"   # importlib.metadata finds the library
+    info.mkdir()
+    version = next((line.split("=", 1)[1].strip().strip("\"'") for line in
+                    (repo / "transformer_lib" / "__init__.py").read_text().splitlines()
+                    if line.startswith("__version__")), "0")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformer_lib\nVersion: {version}\n")
+    (info / "top_level.txt").write_text("\n".join(PACKAGES) + "\n")
+
+    for shared in ("etc/jupyter", "share/jupyter"):  # server extensions, JupyterLab, kernel specs
+        if (source_prefix / shared).exists():
+            _link_tree(source_prefix / shared, dest / shared)
+    for script in sorted((source_prefix / "bin").iterdir()):  # console scripts, on this Python
+        target = dest / "bin" / script.name
+        if target.exists() or script.is_symlink() or not script.is_file():
+            continue
+        with open(script, "rb") as f:
+            first = f.readline()
+            if not first.startswith(b"#!") or b"python" not in first:
+                continue
+            body = f.read()
+        target.write_bytes(f"#!{dest / 'bin' / 'python'}\n".encode() + body)
+        target.chmod(0o755)
+    subprocess.run(["chmod", "-R", "a+rX,go-w", str(dest)], check=True)
+    seconds = round(time.perf_counter() - start, 2)
+    stamp.write_text(json.dumps({"fingerprint": fingerprint, "python": str(python),
+                                 "source": str(source_prefix), "build_s": seconds}) + "\n")
+    return {"built": True, "seconds": seconds, "path": str(dest)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="class_env.py", description=__doc__.split("\n")[0])
+    parser.add_argument("dest", type=Path)
+    args = parser.parse_args(argv)
+    print(json.dumps(build(args.dest)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
