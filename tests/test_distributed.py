@@ -116,6 +116,17 @@ def test_fsdp_memory_per_rank_below_unsharded():
             assert sum(b[part] for b in per_rank) == ddp[part]
 
 
+def test_zero1_shards_only_the_optimizer_state():
+    """ZeroRedundancyOptimizer (ZeRO-1) on 2 ranks: weights and gradients whole on each rank, the
+    Adam state split so that the ranks together hold exactly one copy (8 bytes per parameter)."""
+    per_rank = tld.launch(tld.zero1_state_bytes, 2, timeout=120)
+    P = per_rank[0]["numel"]
+    for b in per_rank:
+        assert b["params"] == b["grads"] == 4 * P
+        assert 0 < b["optimizer"] < 8 * P
+    assert sum(b["optimizer"] for b in per_rank) == 8 * P
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_allreduce_bytes_match_the_ring(world_size):
     rows = tld.launch(tld.measure_allreduce, world_size, [250_000, 1_000_000], 1, timeout=60)

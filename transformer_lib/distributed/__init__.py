@@ -16,7 +16,7 @@ The command line (``python -m transformer_lib.distributed``, see :mod:`.__main__
 """
 from .comm import bytes_sent, measure_allreduce, ring_allreduce_bytes
 from .data_parallel import (STRATEGIES, Recipe, allreduce_gradients, book_tokens, build_model, ddp_bucket_events,
-                            full_state_dict, rank_rows, state_bytes, train, wrap)
+                            full_state_dict, rank_rows, state_bytes, train, wrap, zero1_state_bytes)
 from .launch import LOOPBACK_ENV, init_from_env, launch
 from .pipeline import bubble_fraction, measured_bubble, pipeline_forward, pipeline_stages
 from .tensor_parallel import (ColumnRowParallelMLP, HeadParallelAttention, compare_with_dense, copy_to_parallel,
@@ -24,6 +24,6 @@ from .tensor_parallel import (ColumnRowParallelMLP, HeadParallelAttention, compa
 from .zero import zero_bytes_per_rank
 
 __all__ = ["launch", "init_from_env", "LOOPBACK_ENV", "Recipe", "STRATEGIES", "rank_rows", "allreduce_gradients", "book_tokens",
-           "build_model", "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events", "zero_bytes_per_rank", "bytes_sent",
+           "build_model", "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events", "zero1_state_bytes", "zero_bytes_per_rank", "bytes_sent",
            "ring_allreduce_bytes", "measure_allreduce", "ColumnRowParallelMLP", "HeadParallelAttention",
            "copy_to_parallel", "reduce_from_parallel", "compare_with_dense", "bubble_fraction", "measured_bubble", "pipeline_stages", "pipeline_forward"]

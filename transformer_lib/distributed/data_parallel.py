@@ -32,10 +32,10 @@ from .._checks import check_distributed_run
 from ..data import load_corpus, load_gpt_checkpoint, split_paragraphs
 from ..device import seed_everything
 from ..model import DecoderOnlyLM
-from ..training import causal_lm_loss, lm_batch, make_adamw, warmup_cosine_schedule
+from ..training import causal_lm_loss, decay_parameter_groups, lm_batch, make_adamw, warmup_cosine_schedule
 
 __all__ = ["Recipe", "STRATEGIES", "rank_rows", "allreduce_gradients", "book_tokens", "build_model",
-           "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events"]
+           "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events", "zero1_state_bytes"]
 
 STRATEGIES = ("hand", "ddp", "fsdp")
 
@@ -202,3 +202,24 @@ def ddp_bucket_events(rank: int, world_size: int, bucket_cap_mb: float = 0.1, se
         causal_lm_loss(ddp(rows), rows).backward()
         events.append("backward returns")
     return events
+
+
+def zero1_state_bytes(rank: int, world_size: int, seed: int = 0, recipe: Recipe = Recipe()) -> dict[str, int]:
+    """Run on every rank: one DDP step of the recipe with PyTorch's ZeRO stage 1,
+    ``ZeroRedundancyOptimizer`` (each rank keeps the AdamW state of its share of the parameters),
+    and return this rank's :func:`state_bytes`. PyTorch assigns *whole* tensors to ranks (largest
+    first, to the least-loaded rank), so one large tensor, like the tied embedding, makes the
+    shares uneven: stage 1's 8 P / N is met on average, not on every rank."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    ids, vocab_size = book_tokens()
+    model = build_model(vocab_size, seed, recipe)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    decay, no_decay = decay_parameter_groups(model, recipe.weight_decay)
+    optimizer = ZeroRedundancyOptimizer(decay["params"], optimizer_class=torch.optim.AdamW, lr=recipe.lr,
+                                        weight_decay=decay["weight_decay"], betas=(0.9, 0.95))
+    optimizer.add_param_group(no_decay)
+    rows = rank_rows(lm_batch(ids, 2 * world_size, recipe.context, torch.Generator().manual_seed(seed)), rank,
+                     world_size)  # (2, context)
+    causal_lm_loss(ddp(rows), rows).backward()
+    optimizer.step()
+    return state_bytes(model, optimizer.optim)  # .optim: this rank's local AdamW and its state
