@@ -46,7 +46,6 @@ COURSE_ID = "transformers-interactively"
 POINTS = 1                                   # per exercise: every checked exercise counts the same
 EXCHANGE = "/srv/nbgrader/exchange"          # nbgrader's default; NBGRADER_EXCHANGE overrides it
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 CODE_STUB = "raise NotImplementedError()"    # what the release has between the markers
 CHECK_STATEMENT = re.compile(r"^(\s*)check\(", re.M)
 

@@ -40,7 +40,7 @@ EXERCISES = {"01-attention": 4, "15-tokenization": 3}
 ISSUE_ATTACKS = ["runpatch", "allclose", "askref", "fakepkg", "escape"]  # the five of issue 33
 MORE_ATTACKS = ["lockededit", "fakepass", "rebound", "kernelpatch", "orphan", "loop", "membomb",
                 "alwayseq", "builtins", "exitkernel"]
-ATTACKS = {"01-attention": ISSUE_ATTACKS + MORE_ATTACKS, "15-tokenization": ISSUE_ATTACKS + ["fakepass"]}
+ATTACKS = {"01-attention": ISSUE_ATTACKS + MORE_ATTACKS, "15-tokenization": ISSUE_ATTACKS}
 MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
 ORPHAN = f"tlib-orphan-{uuid.uuid4().hex[:8]}"  # in the command line of the process that tries to stay
 CALL_TIMEOUT = 8   # seconds per call of a student's function in this test (the course's default: 60)

@@ -21,3 +21,15 @@ def test_make_targets_in_the_guide_exist():
     for target in set(re.findall(r"`make (\w+)`", GUIDE)):
         assert re.search(rf"^{target}:", makefile, re.M), f"make {target} is not a Makefile target"
     assert "python -m bookkit.progress" in GUIDE
+
+
+def test_grading_figures_in_the_guide_are_the_measured_ones():
+    """The guide's table of grading times is benchmarks/results/grading.json, row by row."""
+    import json
+    results = json.loads((ROOT / "benchmarks" / "results" / "grading.json").read_text())
+    section = GUIDE[GUIDE.index("**Grading a class in reasonable time.**"):]
+    for run in results["runs"]:
+        row = (f"| {run['jobs']} | {run['submissions']} | {run['total_s']} | {run['per_submission_s']} | "
+               f"{run['kernel_start_s']} | {run['cells_s']} | {run['checks_s']} | {run['nbgrader_other_s']} |")
+        assert row in section, f"the guide does not show the measured run {row}"
+    assert results["machine"]["date"] in section
