@@ -15,10 +15,29 @@ Steps: ``build_book.prepare()`` (chapters and table of contents, as for the site
 solution (each appears right after its exercise, labelled "Solution") and prints A4 pages with
 page numbers, a PDF outline from the headings and tagged (accessible) structure. The print
 layout itself is CSS: ``@media print`` in book/_assets/css/book.css.
+
+What the page needs before it prints (``_PREPARE_JS``):
+
+- page numbers on the contents page (the book theme's print table of contents, after the
+  title: one line per page of the book under its part's caption): the book is printed once, the page where each page of the book starts is read
+  from that PDF's outline, written into the contents, and the book printed again (the numbers sit
+  on lines that are already there, so nothing moves; ``print_pdf`` checks that they still agree);
+- the headings' texts, for ``fix_outline``, which rewrites the outline Chromium made from them
+  ("windows and" + "dilation" became "windows anddilation", a wrapped heading came out twice);
+- a code cell of at most ``KEEP_LINES`` lines marked ``tlib-keep``: it moves whole to the next
+  page instead of leaving its empty frame at the bottom of this one; a longer cell breaks, its
+  frame repeated on both pages (``box-decoration-break: clone``);
+- a figure more than ``WIDE_RATIO`` times wider than tall (a row of panels) turned a quarter on a
+  page of its own, 1.36 times as large as across the column (Chromium lays every page out at one
+  width, so a landscape page would not widen it);
+- display equations scaled to the printed column (book/_assets/js/fit-math.js).
 """
 from __future__ import annotations
 
+import json
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +45,8 @@ from . import build_book
 from .browser import chromium, serve, wait_for_mathjax
 from .sphinx_book import library_version
 
-__all__ = ["SINGLEHTML", "PDF", "build_singlehtml", "print_pdf", "build_pdf", "ensure_pdf"]
+__all__ = ["SINGLEHTML", "PDF", "KEEP_LINES", "WIDE_RATIO", "build_singlehtml", "print_pdf", "build_pdf",
+           "ensure_pdf", "outline_pages"]
 
 SINGLEHTML = build_book.BOOK / "_build" / "singlehtml"
 PDF = build_book.BOOK / "_build" / "pdf" / "book.pdf"
@@ -39,25 +59,171 @@ def build_singlehtml() -> Path:
     """Every page of the book in one HTML document (book/_build/singlehtml/index.html)."""
     build_book.prepare()
     build_book.run_jupyter_book("singlehtml")
+    build_book.externalize_images(SINGLEHTML)  # a 30 MB page of base64 loads too slowly to print
     return SINGLEHTML / "index.html"
 
 
+KEEP_LINES = 40     # a code cell this short moves whole to the next page rather than break
+WIDE_RATIO = 2.6    # a figure this much wider than tall prints on a landscape page
+
+_PREPARE_JS = """(args) => {
+  const [parts, keepLines, wideRatio] = args;
+  // headings: one space where the source had a line break (the PDF outline is made from them)
+  document.querySelectorAll('h1, h2, h3, h4').forEach(h => h.childNodes.forEach(n => {
+    if (n.nodeType === 3) n.textContent = n.textContent.replace(/\\s+/g, ' '); }));
+  // short code cells move whole; long ones break with their frame on both pages
+  document.querySelectorAll('div.cell_input, div.cell_output > div.output').forEach(c => {
+    const pre = c.querySelector('pre');
+    const lines = pre ? pre.textContent.split('\\n').length : 0;
+    if (lines && lines <= keepLines) c.classList.add('tlib-keep');
+  });
+  // wide figures (not a widget's frames): turned a quarter, a page each
+  document.querySelectorAll('article div.cell_output img').forEach(i => {
+    if (i.naturalHeight && i.naturalWidth / i.naturalHeight > wideRatio && !i.closest('.tlib-widget')
+        && i.parentElement.querySelectorAll('img').length === 1) i.parentElement.classList.add('tlib-wide-figure');
+  });
+  // the contents page (the book theme's print table of contents): a page-number slot per entry
+  const entries = [...document.querySelectorAll('#jb-print-toc a[href^="#document-"]')];
+  entries.forEach(a => { if (!a.nextElementSibling || !a.nextElementSibling.classList.contains('tlib-page')) {
+    const n = document.createElement('span'); n.className = 'tlib-page'; a.after(n); a.parentElement.classList.add('tlib-entry'); } });
+  if (window.tlibFitMath) window.tlibFitMath();
+  const headings = [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => {
+    const bare = h.cloneNode(true), shown = h.cloneNode(true);
+    [bare, shown].forEach(c => c.querySelectorAll('.headerlink').forEach(e => e.remove()));
+    bare.querySelectorAll('mjx-container, .math').forEach(e => e.remove());
+    shown.querySelectorAll('mjx-container').forEach(e => {
+      const mml = e.querySelector('mjx-assistive-mml'); e.replaceWith(mml ? mml.textContent : ''); });
+    const clean = t => t.replace(/\\s+/g, ' ').trim();
+    return [clean(bare.textContent), clean(shown.textContent)];
+  });
+  return [entries.map(a => [a.getAttribute('href').slice('#document-'.length), a.textContent.replace(/\\s+/g, ' ').trim()]),
+          headings];
+}"""
+
+_NUMBER_JS = """(pages) => {
+  document.querySelectorAll('#jb-print-toc a[href^="#document-"]').forEach((a, k) => {
+    a.nextElementSibling.textContent = pages[k] === null ? '' : String(pages[k]); });
+}"""
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text).lower()
+
+
+def outline_pages(pdf_path: Path) -> list[tuple[str, int]]:
+    """(title, 1-based page) of every entry of the PDF's outline, depth first."""
+    from pypdf import PdfReader
+    reader = PdfReader(str(pdf_path))
+    found: list[tuple[str, int]] = []
+
+    def walk(entries):
+        for e in entries:
+            if isinstance(e, list):
+                walk(e)
+            else:
+                found.append((e.title, reader.get_destination_page_number(e) + 1))
+    walk(reader.outline)
+    return found
+
+
+def _contents_numbers(entries: list[list[str]], pdf_path: Path) -> list[int | None]:
+    """The page on which each contents entry's title first appears in the outline, in order."""
+    outline = outline_pages(pdf_path)
+    numbers, at = [], 0
+    for _, title in entries:
+        want = _squash(title)
+        hit = next((k for k in range(at, len(outline)) if want in _outline_candidates(outline[k][0])), None)
+        numbers.append(outline[hit][1] if hit is not None else None)
+        at = hit + 1 if hit is not None else at
+    return numbers
+
+
+def _outline_candidates(title: str) -> list[str]:
+    """``title`` without white space, and with a repeated first part dropped: Chromium writes a
+    heading that wraps as line 1 + line 1 + line 2 ("SummarySummary" when it does not wrap)."""
+    want = _squash(title)
+    out = [want]
+    for i in range(1, len(want) // 2 + 1):
+        if want[:i] == want[i:2 * i]:
+            out.append(want[i:])
+    return out
+
+
+def fix_outline(pdf_path: Path, headings: list[list[str]]) -> int:
+    """Give each PDF outline entry its heading's text as the page has it.
+
+    Chromium builds an entry from the heading's printed lines and joins them without a space
+    ("windows and" + "dilation" -> "windows anddilation"), repeats a wrapped heading's first line
+    and leaves out inline math. ``headings`` holds (text without math, text with math as plain
+    characters) for every heading of the page; an entry is matched to the heading whose text
+    without math equals it once white space is ignored. Returns how many entries were rewritten."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject, TextStringObject
+    writer = PdfWriter(clone_from=PdfReader(str(pdf_path)))
+    texts = {}
+    for key, text in headings:
+        texts.setdefault(_squash(key), text)
+    changed = 0
+
+    def walk(item):
+        nonlocal changed
+        while item is not None:
+            item = item.get_object()
+            title = str(item.get("/Title", ""))
+            match = next((texts[c] for c in _outline_candidates(title) if c in texts), None)
+            if match is not None and match != title:
+                item[NameObject("/Title")] = TextStringObject(match)
+                changed += 1
+            if "/First" in item:
+                walk(item["/First"])
+            item = item.get("/Next")
+
+    outlines = writer._root_object.get("/Outlines")
+    if outlines is not None and "/First" in outlines.get_object():
+        walk(outlines.get_object()["/First"])
+    with open(pdf_path, "wb") as f:
+        writer.write(f)
+    return changed
+
+
+def _parts_of_pages() -> dict[str, str]:
+    toc = build_book.make_toc()
+    return {c["file"]: p["caption"] for p in toc["parts"] for c in p["chapters"]}
+
+
 def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
-    """Print ``html_dir/index.html`` to ``out`` with Chromium."""
+    """Print ``html_dir/index.html`` to ``out`` with Chromium: twice, the second time with the
+    contents page's numbers read from the first print."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    options = dict(format="A4", scale=0.85, print_background=True, outline=True, tagged=True,
+                   prefer_css_page_size=True,
+                   margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
+                   display_header_footer=True, header_template="<div></div>",
+                   footer_template=_FOOTER.format(version=library_version()))
     with serve(html_dir) as site, chromium() as browser:
         page = browser.new_page()
+        page.set_default_timeout(600_000)  # the whole book in one page: minutes on a busy machine
         page.emulate_media(media="print")
         page.goto(f"{site}/index.html", wait_until="load")
         wait_for_mathjax(page)
         # solutions: open each one where it stands, after its exercise
         page.evaluate("() => document.querySelectorAll('div.cell.tag_solution details').forEach(d => d.open = true)")
-        page.evaluate("async () => { await Promise.all([...document.images].map(i => i.decode().catch(() => null))); }")
-        page.pdf(path=str(out), format="A4", scale=0.85, print_background=True, outline=True, tagged=True,
-                 margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
-                 display_header_footer=True, header_template="<div></div>",
-                 footer_template=_FOOTER.format(version=library_version()))
+        page.evaluate("async () => { document.querySelectorAll('img').forEach(i => i.loading = 'eager');"
+                      " await Promise.all([...document.images].map(i => i.decode().catch(() => null))); }")
+        entries, headings = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO])
+        with tempfile.TemporaryDirectory() as tmp:
+            first = Path(tmp) / "first.pdf"
+            page.pdf(path=str(first), **options)
+            numbers = _contents_numbers(entries, first)
+        page.evaluate(_NUMBER_JS, numbers)
+        page.pdf(path=str(out), **options)
         page.close()
+    fix_outline(out, headings)
+    again = _contents_numbers(entries, out)
+    if again != numbers:  # the numbers moved a line: print the third time with the final ones
+        raise build_book.BuildError(f"the contents page numbers moved between prints: {numbers} -> {again}")
+    (out.parent / "contents.json").write_text(json.dumps(
+        [{"page": doc, "title": title, "number": n} for (doc, title), n in zip(entries, numbers)], indent=1) + "\n")
     return out
 
 

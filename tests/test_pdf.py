@@ -146,3 +146,124 @@ def test_dist_zip_holds_the_site_and_the_pdf(pdf, tmp_path):
     assert {f"{root}/html/index.html", f"{root}/book.pdf", f"{root}/CHANGELOG.md"} <= names
     site = {f"{root}/html/{f.relative_to(html)}" for f in html.rglob("*") if f.is_file() and f.name != ".build-inputs"}
     assert site <= names, f"missing from the zip: {sorted(site - names)[:5]}"
+
+
+# -- print quality (issue 27) -------------------------------------------------------------------
+def _read_pgm(path):
+    import numpy as np
+    data = path.read_bytes()
+    magic, size, maxval, pixels = data.split(b"\n", 3)
+    w, h = map(int, size.split())
+    return np.frombuffer(pixels, dtype=np.uint8)[:w * h].reshape(h, w)
+
+
+def empty_box_at_bottom(img, dpi: int, margin_mm: float = 16) -> int:
+    """Height in pixels of an empty framed box at the bottom of a page image (0 if none).
+
+    From the lowest marked row of the text area upwards: rows that are mostly a box's light grey
+    fill with no ink in them; if white paper lies directly above them, the box has no text on
+    this page (its code moved to the next one). A box that ends with its code (ink above its
+    bottom padding) is not flagged."""
+    import numpy as np
+    h, w = img.shape
+    m = int(round(margin_mm / 25.4 * dpi))
+    body = img[m:h - m, m // 2:w - m // 2]
+    marked = np.where((body < 245).any(axis=1))[0]
+    if not len(marked):
+        return 0
+    r, rows = marked[-1], 0
+    while r >= 0 and ((body[r] >= 200) & (body[r] < 252)).mean() > 0.4 and not (body[r] < 150).any():
+        rows, r = rows + 1, r - 1
+    return rows if rows and r >= 0 and not (body[r] < 245).any() else 0
+
+
+def test_empty_box_detector_on_drawn_pages():
+    import numpy as np
+    page = np.full((351, 248), 255, np.uint8)
+    page[60:70, 30:200] = 0                      # a line of text
+    empty = page.copy(); empty[300:313, 20:228] = 235          # a frame with nothing in it
+    full = page.copy(); full[280:313, 20:228] = 235; full[285:290, 30:150] = 20  # a frame with code
+    assert empty_box_at_bottom(empty, dpi=30) == 13
+    assert empty_box_at_bottom(full, dpi=30) == 0 and empty_box_at_bottom(page, dpi=30) == 0
+
+
+@pytest.fixture(scope="module")
+def page_images(pdf, tmp_path_factory):
+    import shutil
+    import subprocess
+    if shutil.which("pdftoppm") is None:
+        if os.environ.get("CI"):
+            pytest.fail("pdftoppm is missing: `make browser-deps` installs poppler-utils")
+        pytest.skip("pdftoppm (poppler-utils) is missing")
+    from bookkit.pdf import PDF
+    out = tmp_path_factory.mktemp("pages")
+    subprocess.run(["pdftoppm", "-r", "30", "-gray", str(PDF), str(out / "p")], check=True)
+    return sorted(out.glob("p-*.pgm"))
+
+
+def test_no_page_ends_in_an_empty_framed_box(page_images):
+    bad = [(n + 1, rows) for n, p in enumerate(page_images) if (rows := empty_box_at_bottom(_read_pgm(p), dpi=30))]
+    assert not bad, f"pages ending in an empty framed box (page, height at 30 dpi): {bad[:10]}"
+
+
+SCREEN_LABEL = re.compile(r"^\s*(?:(?:Show|Hide) (?:code cell (?:source|output|content)|solution)|Static version: \d+)",
+                          re.M)
+
+
+def test_no_screen_only_labels_printed(pdf):
+    """A toggle's label is a line of its own on screen ("Show code cell source"); the preface may
+    still say in a sentence that solutions sit behind a Show solution toggle on the web."""
+    _, texts = pdf
+    found = [(n + 1, m.group(0).strip()) for n, t in enumerate(texts) for m in SCREEN_LABEL.finditer(t)]
+    assert not found, f"screen-only labels printed (page, label): {found[:5]}"
+
+
+def test_screen_label_pattern():
+    assert SCREEN_LABEL.search("x = 1\nShow code cell source\n") and SCREEN_LABEL.search("Hide solution")
+    assert not SCREEN_LABEL.search("A solution is behind a Show solution toggle here")
+
+
+def test_contents_page_has_the_page_numbers_of_the_outline(pdf):
+    """The contents page lists every page of the book with the page its heading is on."""
+    from bookkit.pdf import PDF
+    reader, texts = pdf
+    entries = json.loads((PDF.parent / "contents.json").read_text())
+    assert len(entries) >= len(book.existing_chapters()), "the contents lack chapters"
+    assert all(e["number"] for e in entries), [e for e in entries if not e["number"]][:3]
+    numbers = [e["number"] for e in entries]
+    assert numbers == sorted(numbers) and numbers[0] >= 2
+    contents = next(k for k, t in enumerate(texts) if "Contents" in t)
+    printed = squash("".join(texts[contents:contents + 3]))
+    for e in entries:
+        assert squash(e["title"]) + str(e["number"]) in printed, f"{e['title']} ... {e['number']} not on the contents page"
+        page_text = squash(texts[e["number"] - 1])
+        assert squash(e["title"]) in page_text, f"{e['title']} is not on page {e['number']}"
+
+
+def test_outline_titles_keep_their_spaces(pdf):
+    reader, _ = pdf
+    sections = top_level_sections(reader)
+    titles = chapter_titles()
+    outline = {t for t, _ in sections}
+    for title in titles:
+        assert title in outline, f"outline entry for {title!r} is not the title as written"
+    from bookkit.pdf import outline_pages
+    doubled = [t for t, _ in outline_pages(book.BOOK / "_build" / "pdf" / "book.pdf")
+               if len(t) > 3 and len(t) % 2 == 0 and t[:len(t) // 2] == t[len(t) // 2:]]
+    assert not doubled, f"outline entries doubled: {doubled[:5]}"
+
+
+def test_wide_figures_run_along_their_own_page(pdf):
+    """A row of panels (chapter 17's five strategies) is turned a quarter on a page of its own:
+    such a page holds one image and almost no text."""
+    reader, texts = pdf
+    turned = [n for n, t in enumerate(texts) if len(reader.pages[n].images) == 1
+              and len([l for l in t.splitlines() if l.strip()]) <= 1]
+    assert turned, "no wide figure got a page of its own"
+    assert all(float(p.mediabox.width) < float(p.mediabox.height) for p in reader.pages), "A4 portrait throughout"
+
+
+def test_last_page_is_not_a_stray_line(pdf):
+    _, texts = pdf
+    lines = [l for l in texts[-1].splitlines() if l.strip() and "version" not in l]
+    assert len(lines) >= 4, f"the last page holds only {lines}"
