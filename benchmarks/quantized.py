@@ -29,6 +29,7 @@ its load average) for chapter 19. Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import math
 import statistics
@@ -98,6 +99,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--skip-transformers", action="store_true",
+                    help="leave out the transformers row (a provisional run on a busy machine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
@@ -108,12 +111,14 @@ def main() -> None:
     dense = load_smollm2("cpu")
     encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
     prompt = encode(TEXT * 4)[:prompt_len]
-    models = {"float32": dense.model, "int8": quantize(load_smollm2("cpu").model, 8),
-              "int4": quantize(load_smollm2("cpu").model, 4), "int4 (file)": load_smollm2_quantized("cpu").model}
+    models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
+              "int4": quantize(copy.deepcopy(dense.model), 4), "int4 (file)": load_smollm2_quantized("cpu").model}
 
     path = smollm2_gguf_path()
-    from transformers import AutoModelForCausalLM, __version__ as tf_version
-    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    tf_version = None
+    if not args.skip_transformers:
+        from transformers import AutoModelForCausalLM, __version__ as tf_version
+        ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     ref_ids = torch.tensor([prompt])
     llama, llama_version = llama_cpp_generator(path, args.threads)
 
@@ -127,7 +132,8 @@ def main() -> None:
         return out[0, len(prompt):].tolist()
 
     runs = {name: ours(m) for name, m in models.items()}
-    runs["transformers"] = reference
+    if not args.skip_transformers:
+        runs["transformers"] = reference
     if llama is not None:
         runs["llama.cpp"] = lambda: llama(prompt, new_tokens)
     tokens = {name: run() for name, run in runs.items()}  # warm-up, and the greedy tokens
@@ -182,7 +188,7 @@ def main() -> None:
                  "perplexity_change_pct": round(100 * (v / gpt_ppl["float32"] - 1), 3)} for k, v in gpt_ppl.items()]
 
     print(f"# SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; {args.threads} threads; "
-          f"transformers {tf_version}; llama.cpp {llama_version or 'not installed (row skipped)'}")
+          f"transformers {tf_version or 'skipped'}; llama.cpp {llama_version or 'not installed (row skipped)'}")
     print(f"# {describe(machine())}")
     print(f"{'generator':<14}{'tokens/s':>10}{'x fp32':>8}{'agree':>7}{'MB':>8}{'ppl':>9}{'dppl %':>8}")
     for r in rows:
