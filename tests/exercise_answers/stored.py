@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer_lib.exercises import ch00_intro, ch01_attention, ch07_layernorm, ch18_random_forests
+from transformer_lib.exercises import ch00_intro, ch01_attention, ch07_layernorm, chA_random_forests
 from transformer_lib.exercises._core import preserved_rng, to_numpy
 
 PATH = Path(ch00_intro.__file__).with_name("expected.json")
@@ -27,7 +27,7 @@ INPUTS = {  # exercise -> the inputs its checker calls the answer with, in order
     "attention.scores": lambda: ch01_attention._qkv_inputs(with_values=False),
     "attention.entropy": ch01_attention._entropy_inputs,
     "layernorm.pre_ln": ch07_layernorm._pre_ln_cases,
-    "forests.oob_fraction": lambda: [(n,) for n in ch18_random_forests._OOB_SIZES],
+    "forests.oob_fraction": lambda: [(n,) for n in chA_random_forests._OOB_SIZES],
 }
 
 

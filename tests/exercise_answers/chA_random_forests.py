@@ -1,4 +1,4 @@
-"""Answers for the checkers of transformer_lib/exercises/ch18_random_forests.py: the reference solution,
+"""Answers for the checkers of transformer_lib/exercises/chA_random_forests.py: the reference solution,
 right answers written differently, and wrong answers each checker must reject (test data:
 nothing here is importable from the package a student uses)."""
 import math
