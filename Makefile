@@ -59,8 +59,8 @@ pdf: venv browser-deps
 dist: book pdf
 	$(PY) -m bookkit.dist
 
-# Debian's Chromium for tests/test_browser.py and `make pdf`, and poppler-utils (pdftoppm) with which
-# tests/test_pdf.py looks at the printed pages: installed only when missing.
+# Debian's Chromium for tests/bookkit/test_browser.py and `make pdf`, and poppler-utils (pdftoppm) with which
+# tests/bookkit/test_pdf.py looks at the printed pages: installed only when missing.
 browser-deps:
 	@if [ -x /usr/bin/chromium ] && command -v pdftoppm >/dev/null 2>&1; then :; \
 	elif command -v apt-get >/dev/null 2>&1; then \
@@ -125,7 +125,7 @@ sandbox-deps:
 
 # configurable-http-proxy for deploy/jupyterhub, from npm into deploy/jupyterhub/node_modules.
 # ngshare's nbgrader exchange plugin, without its declared dependencies: its metadata pins
-# jupyter-core<4.11.2; it works with jupyter-core 5 (tests/test_hub.py runs it).
+# jupyter-core<4.11.2; it works with jupyter-core 5 (tests/bookkit/test_hub.py runs it).
 hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy $(VENV)/.ngshare-exchange
 
 $(VENV)/.ngshare-exchange: $(STAMP)

@@ -1,6 +1,6 @@
 """A built site served from 127.0.0.1 and Debian's Chromium driven by Playwright.
 
-Shared by the PDF build (``bookkit.pdf`` prints the one-page book) and tests/test_browser.py
+Shared by the PDF build (``bookkit.pdf`` prints the one-page book) and tests/bookkit/test_browser.py
 (which checks every page). Chromium is /usr/bin/chromium (`make browser-deps`); Playwright only
 drives it, so no browser download is ever needed.
 """

@@ -154,7 +154,7 @@ def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
 # -- format: code cells to the width of the book's column ------------------------------------
 # 88 characters of code fit the chapter column at 1280 px in Chromium (91 measured, with
 # book/_assets/css/book.css: 13 px code, a 13rem contents sidebar) and an A4 page in the PDF;
-# tests/test_book.py measures it again in the built book.
+# tests/bookkit/test_book.py measures it again in the built book.
 CODE_WIDTH = 88
 _FENCE = re.compile(r"^(`{3,})\{code-cell\}[^\n]*\n", re.M)
 

@@ -7,7 +7,7 @@ typesets the math (the same local copy), code keeps its highlighting, figures an
 widgets (in their default setting) print as they are, and HTML tables stay tables. Jupyter
 Book's LaTeX builder would need about a gigabyte of TeX packages, drops the widgets' HTML
 outputs and the tables that are HTML, and would be a second renderer to keep in step.
-Chromium is already what tests/test_browser.py uses.
+Chromium is already what tests/bookkit/test_browser.py uses.
 
 Steps: ``build_book.prepare()`` (chapters and table of contents, as for the site), Sphinx's
 ``singlehtml`` builder into book/_build/singlehtml (every page in one document), then Chromium

@@ -22,7 +22,7 @@ deck opens from the file system with no network.
 Why not nbconvert's reveal exporter: it maps cells to slides through ``slideshow`` metadata the
 chapters do not carry (so it would still need a deck notebook built as here), and its template
 loads MathJax 2 (``MathJax.Hub``) and require.js, two more offline copies, for a page this
-module writes in 30 lines. tests/test_slides.py opens every deck in Chromium and checks that each
+module writes in 30 lines. tests/bookkit/test_slides.py opens every deck in Chromium and checks that each
 slide fits the projector's 1280 x 720 frame.
 """
 from __future__ import annotations

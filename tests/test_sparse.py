@@ -369,53 +369,6 @@ def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):
 
 # -- measuring helpers -----------------------------------------------------------------------------
 
-def test_measuring_helpers():
-    assert profiling.median_time(lambda: sum(range(1000)), repeat=3) > 0
-    calls = []
-    assert profiling.time_call(lambda: calls.append(1), repeats=4, warmup=2, statistic="median") >= 0
-    assert len(calls) == 6
-    with pytest.raises(ValueError, match="statistic must be one of"):
-        profiling.time_call(lambda: None, statistic="mean")
-    info = profiling.machine_info()
-    assert info["cpu_count"] >= 1 and info["torch"] == torch.__version__
-    peak = profiling.peak_memory(lambda: torch.ones(16 * 2**20).sum())  # a 64 MiB temporary
-    if peak is None:
-        pytest.skip("no peak-memory counter on this platform")
-    assert 60 * 2**20 <= peak <= 200 * 2**20
-    # below glibc's 32 MiB mmap maximum, a freed block may stay in the heap and be reused without
-    # the resident size growing: every measurement must still see its temporary, also after the
-    # allocator has been warmed again by the previous one
-    for _ in range(3):
-        peak = profiling.peak_memory(lambda: torch.ones(2 * 2**20).sum())  # an 8 MiB temporary
-        assert 7 * 2**20 <= peak <= 40 * 2**20
-
-
-
-def test_allocator_is_warm_after_a_peak_measurement():
-    """After peak_memory, a freed 8 MiB block is reused, not handed back to the OS and faulted in
-    afresh by the next allocation of that size. In a fresh process: in this one, what earlier tests
-    left in malloc's heap decides whether freeing a block lets glibc trim the heap's top."""
-    import subprocess
-    import sys
-
-    script = """
-import torch
-from transformer_lib import profiling
-if profiling.peak_memory(lambda: torch.ones(2 * 2**20).sum()) is None:
-    print("skip")
-else:
-    torch.ones(2 * 2**20).sum()  # allocated and freed
-    before, _ = profiling._rss_kib()
-    again = torch.ones(2 * 2**20)  # held while the resident size is read
-    after, _ = profiling._rss_kib()
-    print(after - before)
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    growth = done.stdout.split()[-1]
-    if growth == "skip":
-        pytest.skip("no peak-memory counter on this platform")
-    assert int(growth) < 2 * 1024  # KiB: the 8 MiB came from memory already resident
-
 
 # -- bad input -------------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ def _relative_luminance(hex_colour: str) -> float:
 
 def test_static_widget_colours_come_from_the_theme():
     """Every colour of the static widget's style is a theme variable (dark mode keeps its contrast;
-    tests/test_browser.py measures it in the book); a literal colour may only be the last fallback
+    tests/bookkit/test_browser.py measures it in the book); a literal colour may only be the last fallback
     inside var(...), and a text fallback has WCAG AA contrast (4.5:1) on white."""
     style = re.search(r"<style>(.*?)</style>", explore(show, n=[1, 2]).static_html, re.S).group(1)
     declarations = re.findall(r"(?<![\w-])(color|background(?:-color)?|border(?:-color)?)\s*:\s*([^;}]+)", style)

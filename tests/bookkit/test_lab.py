@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import pytest
 from _servers import stop
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "00-how-to-use"
 CONFIG = ROOT / "deploy" / "jupyter"
 CHROMIUM = Path("/usr/bin/chromium")

@@ -2,7 +2,7 @@
 
 ``bookkit.pdf.ensure_pdf()`` reuses book/_build/pdf/book.pdf when it is newer than the book's
 inputs and builds it otherwise (about two minutes: Sphinx's one-page build, then Chromium prints
-it). Without Chromium this module skips locally and fails under CI, like tests/test_browser.py.
+it). Without Chromium this module skips locally and fails under CI, like tests/bookkit/test_browser.py.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ import nbformat
 import pytest
 from _servers import stop
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "deploy" / "jupyterhub"
 PROXY = HUB / "node_modules" / ".bin" / "configurable-http-proxy"
 RESULTS = ROOT / "benchmarks" / "results" / "hub.json"

@@ -17,7 +17,7 @@ from bookkit.conventions import chapter_files
 from transformer_lib import plotting
 from transformer_lib.widgets import explore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = chapter_files(ROOT / "chapters")
 IMG_TAG = re.compile(r"<img\b[^>]*>", re.I)
 ALT = re.compile(r"""\balt\s*=\s*(["'])(.*?)\1""", re.I | re.S)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from transformer_lib.exercises import REGISTRY
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "book" / "course-guide.md").read_text()
 
 

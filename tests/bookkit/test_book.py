@@ -2,7 +2,7 @@
 
 The first tests read only the sources and run in milliseconds; the rest read book/_build/html,
 which ``book.ensure_built()`` (bookkit/build_book.py) rebuilds when an input changed since the last build.
-tests/test_browser.py opens the same build in Chromium.
+tests/bookkit/test_browser.py opens the same build in Chromium.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Teaching kit: student copies without solutions that still run, instructor copies, progress.
 
-The slides are tested in tests/test_slides.py."""
+The slides are tested in tests/bookkit/test_slides.py."""
 import builtins
 import symtable
 

@@ -23,7 +23,7 @@ import pytest
 
 from bookkit.conventions import chapter_files, chapter_label
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = chapter_files(ROOT / "chapters")
 
 # number, as written: 1,234,567 | 12.5 | .5 | 3.7e-19 | 1e-5 ; followed optionally by % or x
