@@ -14,7 +14,11 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 # make test runs independent test files (and chapters) on this many processes (pytest-xdist); CI has 2 cores.
+# Each process gets one intra-op thread: two processes with two OpenMP threads each on two cores
+# wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower that way). A test or
+# chapter that needs a thread count sets it itself.
 JOBS ?= 2
+TEST_THREADS ?= 1
 
 STAMP := $(VENV)/.installed
 .PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
@@ -33,8 +37,8 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=10 tests
-	TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=10 tests
+	OMP_NUM_THREADS=$(TEST_THREADS) TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv
