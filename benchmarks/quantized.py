@@ -52,15 +52,7 @@ from transformer_lib.quantization import (kernel_available, load_smollm2_quantiz
 from transformer_lib.sampling import generate_ids  # noqa: E402
 from transformer_lib.training import evaluate_lm  # noqa: E402
 
-TEXT = ("The history of computing is a story of people who wanted machines to do arithmetic for them. "
-        "Charles Babbage designed an engine of brass gears, Ada Lovelace wrote programs for it, and a "
-        "century later electronic computers filled whole rooms. Today a phone holds more memory than")
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+from generate import TEXT, timed  # noqa: E402  (the same prompt and timer as the float32 benchmark)
 
 
 def held_out_ids(encode, tokens: int) -> torch.Tensor:
