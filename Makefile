@@ -13,10 +13,11 @@ PIP := $(PY) -m pip
 # Override with e.g. `make test TORCH='torch==2.5.1'`.
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
-# make test runs independent test files (and chapters) on this many processes (pytest-xdist); CI has 2 cores.
-# Each process gets one intra-op thread: two processes with two OpenMP threads each on two cores
-# wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower that way). A test or
-# chapter that needs a thread count sets it itself.
+# make test runs the chapters on this many processes (pytest-xdist, one chapter per process at a
+# time); CI has 2 cores. Each gets one intra-op thread: two processes with two OpenMP threads each
+# on two cores wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower that way).
+# The library and tooling tests run in one process: their xdist groups (tests/conftest.py) were not
+# applied, and the hub, course and book tests must not run twice at once.
 JOBS ?= 2
 TEST_THREADS ?= 1
 
@@ -37,7 +38,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=10 tests
+	$(PY) -m pytest -q --durations=10 tests
 	OMP_NUM_THREADS=$(TEST_THREADS) TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.

@@ -356,7 +356,8 @@ def run_jupyter_book(builder: str = "html") -> None:
 
 
 FRAMES = "_static/frames"
-_INLINE_PNG = re.compile(r"""<img\b([^>]*?)\bsrc=(["'])data:image/png;base64,([A-Za-z0-9+/=\s]+)\2""")
+# attributes may hold a quoted '>' (an alt text saying "m > 1"): quoted values are skipped whole
+_INLINE_PNG = re.compile(r"""<img\b((?:[^>"']|"[^"]*"|'[^']*')*?)\bsrc=(["'])data:image/png;base64,([A-Za-z0-9+/=\s]+)\2""")
 
 
 def externalize_images(html_dir: Path = HTML, min_bytes: int = 2048) -> int:
@@ -396,7 +397,17 @@ def build() -> None:
     stems = prepare()
     print(f"building the book: {len(stems)} chapters ({', '.join(stems)})", flush=True)
     STAMP.unlink(missing_ok=True)
-    run_jupyter_book("html")
+    try:
+        run_jupyter_book("html")
+    except BuildError:
+        # An incremental build can fail on what an earlier build left: Sphinx's saved environment
+        # (book/_build/.doctrees, shared with the one-page build of the PDF) says a page is up to
+        # date while the HTML folder lacks its search index ("search index couldn't be loaded").
+        # Build once more from nothing; a real problem in the sources fails again.
+        print("incremental build failed: building the HTML from a clean folder", flush=True)
+        shutil.rmtree(HTML, ignore_errors=True)
+        shutil.rmtree(BOOK / "_build" / ".doctrees", ignore_errors=True)
+        run_jupyter_book("html")
     externalize_images(HTML)
     (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")

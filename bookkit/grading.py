@@ -94,12 +94,13 @@ def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str]
             cmd += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             cmd += ["--ro-bind", top, top]
-    cmd += ["--ro-bind", "/etc", "/etc"]
+    # the private /tmp comes before the binds: an interpreter or checkout that lives under /tmp
+    # (a CI clone, a pytest folder) is bound on top of it instead of being hidden by it
+    cmd += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in _readable_roots():
         cmd += ["--ro-bind", path, path]
     for path in _hidden_files():
         cmd += ["--ro-bind", "/dev/null", path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in writable:
         cmd += ["--bind", path, path]
     for path in readonly:

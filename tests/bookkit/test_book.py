@@ -391,6 +391,10 @@ def test_externalize_images_moves_inline_pngs_once(tmp_path):
     assert (tmp_path / "_static" / "frames" / name).read_bytes() == base64.b64decode(png)
     assert 'loading="lazy"' in text and "base64,AAAA" in text, "a tiny image stays inline"
     assert saved > 4000 and book.externalize_images(tmp_path) == 0 and page.read_text() == text
+    # an alt text may hold a '>' (the appendix's "for this m > 1"): the image is still moved out
+    other = tmp_path / "chapters" / "y.html"
+    other.write_text(f'<img class="f" alt="error when m > 1, n_trees = 5" src=\'data:image/png;base64,{png}\'/>')
+    assert book.externalize_images(tmp_path) > 4000 and "base64" not in other.read_text()
 
 
 def test_every_img_of_the_built_book_has_alt_text(html):

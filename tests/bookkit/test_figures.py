@@ -61,9 +61,10 @@ def test_show_stores_the_description_as_alt_text(monkeypatch):
     assert not plt.fignum_exists(fig.number), "show closes the figure it displayed"
 
 
-@pytest.mark.parametrize("bad", ["", "   ", "a plot", None, 3])
-def test_show_needs_a_real_description(bad):
-    with pytest.raises(ValueError, match="description"):
+@pytest.mark.parametrize("bad, error", [("", ValueError), ("   ", ValueError), ("a plot", ValueError),
+                                        (None, TypeError), (3, TypeError)])
+def test_show_needs_a_real_description(bad, error):
+    with pytest.raises(error, match="description"):
         plotting.show(bad, _figure())
     plt.close("all")
 
