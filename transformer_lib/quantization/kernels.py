@@ -21,13 +21,11 @@ work (no compiler, no ninja) the first call warns once and :func:`matvec` uses t
 """
 from __future__ import annotations
 
-import os
-import shutil
-import warnings
 from pathlib import Path
 
 import torch
 
+from .._extensions import build_ops
 from .formats import dequantize_blocks
 
 __all__ = ["kernel_available", "matvec", "matvec_reference", "simd_available"]
@@ -42,27 +40,8 @@ _CFLAGS = ["-O3", "-fopenmp"]
 
 def _ops():
     """Build (once) and return ``torch.ops.tlib_quant``; raise RuntimeError with the reason if it cannot be."""
-    if _STATE["ops"] is None and _STATE["error"] is None:
-        try:
-            if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
-                import ninja  # noqa: PLC0415 - optional until a build is needed
-
-                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-            from torch.utils.cpp_extension import load
-
-            name = f"tlib_quant_matvec_{torch.__version__.split('+')[0].replace('.', '_')}"
-            # a plain shared library that registers torch.ops.tlib_quant (no Python module, no Python.h)
-            load(name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"],
-                 is_python_module=False, verbose=False)
-            _STATE["ops"] = torch.ops.tlib_quant
-        except Exception as err:  # no compiler, no ninja, ...
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            _STATE["error"] = f"{type(err).__name__}: {first}"
-            warnings.warn(f"the quantized matrix-vector kernel cannot be built here ({_STATE['error']}); "
-                          "falling back to dequantize-then-matmul", RuntimeWarning, stacklevel=4)
-    if _STATE["error"] is not None:
-        raise RuntimeError(_STATE["error"])
-    return _STATE["ops"]
+    return build_ops(_STATE, "ops", name="tlib_quant_matvec", source=_SOURCE, cflags=_CFLAGS, namespace="tlib_quant",
+                     kernel="quantized matrix-vector kernel", fallback="dequantize-then-matmul")
 
 
 def kernel_available() -> tuple[bool, str]:

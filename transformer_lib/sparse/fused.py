@@ -20,13 +20,11 @@ serves CPU float32 calls without padding and without autograd; others take ``"bl
 """
 from __future__ import annotations
 
-import os
-import shutil
-import warnings
 from pathlib import Path
 
 import torch
 
+from .._extensions import build_ops
 from .tiles import _LOG2E, needs_autograd, redo_rows, score_scale
 
 __all__ = ["fused_available"]
@@ -50,28 +48,9 @@ def _arch() -> tuple[str, list[str]]:
 
 def _module():
     """Build (once) and return the compiled extension; raise RuntimeError with the reason if it cannot be."""
-    if _STATE["module"] is None and _STATE["error"] is None:
-        try:
-            if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
-                import ninja  # noqa: PLC0415 - optional until a build is needed
-
-                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-            from torch.utils.cpp_extension import load
-
-            arch, flags = _arch()
-            name = f"tlib_window_fused_{torch.__version__.split('+')[0].replace('.', '_')}_{arch}"
-            # a plain shared library that registers torch.ops.tlib_window (no Python module, no Python.h)
-            load(name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS + flags, extra_ldflags=["-fopenmp"],
-                 is_python_module=False, verbose=False)
-            _STATE["module"] = torch.ops.tlib_window
-        except Exception as err:  # no compiler, no ninja, no sgemm_ in this torch, ...
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            _STATE["error"] = f"{type(err).__name__}: {first}"
-            warnings.warn(f"the fused sliding-window kernel cannot be built here ({_STATE['error']}); "
-                          "falling back to the blocked kernel", RuntimeWarning, stacklevel=4)
-    if _STATE["error"] is not None:
-        raise RuntimeError(_STATE["error"])
-    return _STATE["module"]
+    arch, flags = _arch()
+    return build_ops(_STATE, "module", name=f"tlib_window_fused_{arch}", source=_SOURCE, cflags=_CFLAGS + flags,
+                     namespace="tlib_window", kernel="fused sliding-window kernel", fallback="the blocked kernel")
 
 
 def fused_window(q, k, v, half: int, right: int, key_mask, block_size: int, scale) -> torch.Tensor | None:
