@@ -1,0 +1,19 @@
+"""Input checks shared by the whole library: each rule is written once, here.
+
+Every public function or module checks its input once, at the door, and raises a ``ValueError``
+that says what was expected; the private cores underneath (``attention._attention``, ...) trust
+their input and do not check again. A multi-head call therefore checks its mask once, not once
+per layer of helpers it passes through.
+
+The rules live in one module per concept (``scalars``, ``tokens``, ``attention``, ``models``,
+``cost``, ``distributed``, ``quantization``, ...); import them from here.
+"""
+from .scalars import check_int, check_positive, check_count, check_probability, check_positive_float, check_real, check_number, check_positive_reals, check_bool, check_choice, check_str_list  # noqa: F401
+from .tokens import check_tokens, check_token_ids, check_prompt_ids, check_id_list, check_logits, check_positions, check_text, check_chat_messages  # noqa: F401
+from .attention import check_floating, check_finite, check_qkv, check_mask, check_square_maps, check_self_attention_qkv, check_key_mask, check_sparse_call, check_positions_list  # noqa: F401
+from .models import check_cache, check_cache_layer  # noqa: F401
+from .cost import check_sizes, check_trees, check_rho_sigma2  # noqa: F401
+from .distributed import check_distributed_run, check_parallel_split, check_pipeline  # noqa: F401
+from .quantization import check_quantization_args, check_matvec_input  # noqa: F401
+
+__all__ = ['check_int', 'check_positive', 'check_count', 'check_probability', 'check_positive_float', 'check_real', 'check_number', 'check_positive_reals', 'check_bool', 'check_choice', 'check_str_list', 'check_tokens', 'check_token_ids', 'check_prompt_ids', 'check_id_list', 'check_logits', 'check_positions', 'check_text', 'check_chat_messages', 'check_floating', 'check_finite', 'check_qkv', 'check_mask', 'check_square_maps', 'check_self_attention_qkv', 'check_key_mask', 'check_sparse_call', 'check_positions_list', 'check_cache', 'check_cache_layer', 'check_sizes', 'check_trees', 'check_rho_sigma2', 'check_distributed_run', 'check_parallel_split', 'check_pipeline', 'check_quantization_args', 'check_matvec_input']

@@ -1,0 +1,135 @@
+"""Attention's inputs: queries, keys, values, masks and maps, dense and sparse."""
+from __future__ import annotations
+
+import torch
+
+from .scalars import check_bool, check_count, check_number
+
+
+def check_floating(name: str, tensor: torch.Tensor) -> None:
+    """``tensor`` must be a floating-point tensor (token ids go through an embedding first)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        what = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(f"{name} must be a floating-point tensor, got {what}")
+
+
+def check_finite(name: str, tensor: torch.Tensor) -> None:
+    """A floating tensor must hold no NaN or inf (where a NaN would be turned into a number)."""
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{name} must be finite, got NaN or inf")
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    """Queries (..., L_q, d_k), keys (..., L_k, d_k), values (..., L_k, d_v); return the scores' shape.
+
+    The leading (batch, head) dimensions must broadcast; the result is (..., L_q, L_k).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_floating(name, t)
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError("q, k and v must have shape (..., L, d)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length L_k, got {k.shape[-2]} and {v.shape[-2]}")
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"batch/head dims of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "do not broadcast") from err
+    return tuple(batch) + (q.shape[-2], k.shape[-2])
+
+
+def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """``mask`` must be None, or boolean (True = may attend) and broadcastable to ``scores_shape``."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be boolean with True = may attend, got dtype {mask.dtype}; "
+            "convert an additive float mask with transformer_lib.masks.from_torch_mha_mask")
+    ok = mask.dim() <= len(scores_shape) and all(
+        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape)))
+    if not ok:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., L_q, L_k)")
+
+
+def check_square_maps(weights: torch.Tensor) -> int:
+    """Self-attention maps (..., L, L); return L."""
+    if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be (..., L, L) self-attention maps, got shape {tuple(weights.shape)}")
+    return weights.shape[-1]
+
+
+def check_self_attention_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int]:
+    """Self-attention shapes of the sparse kernels: q, k, v all (B, H, L, d) with the same B, H and
+    L and one dtype (no broadcasting, unlike :func:`check_qkv`: a band is defined over one sequence
+    of queries and keys); returns (B, H, L, d_k)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (B, H, L, d_k), got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3]:
+        raise ValueError("sparse self-attention needs q, k, v with the same (B, H, L); got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}")
+    if q.dtype != k.dtype or k.dtype != v.dtype:
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, H, L, d_k = q.shape
+    if L < 1 or d_k < 1 or v.shape[-1] < 1:
+        raise ValueError(f"q, k, v need L >= 1 and d >= 1, got {tuple(q.shape)} and d_v = {v.shape[-1]}")
+    return B, H, L, d_k
+
+
+def check_key_mask(key_mask: torch.Tensor | None, B: int, L: int, device) -> torch.Tensor | None:
+    """Accept (B, L) or the (B, 1, 1, L) of :func:`~transformer_lib.masks.padding_mask`; return (B, L)."""
+    if key_mask is None:
+        return None
+    if not isinstance(key_mask, torch.Tensor):
+        raise TypeError(f"key_mask must be a boolean torch.Tensor with True = real token, got {type(key_mask).__name__}")
+    if key_mask.dtype != torch.bool:
+        raise ValueError(f"key_mask must be boolean with True = real token, got dtype {key_mask.dtype}")
+    if key_mask.dim() == 4 and key_mask.shape[1:3] == (1, 1):
+        key_mask = key_mask[:, 0, 0, :]  # (B, 1, 1, L) -> (B, L)
+    if key_mask.dim() != 2 or key_mask.shape[1] != L or key_mask.shape[0] not in (1, B):
+        raise ValueError(f"key_mask must have shape (B, L) = ({B}, {L}) or (B, 1, 1, L), "
+                         f"got {tuple(key_mask.shape)}")
+    return key_mask.to(device).expand(B, L)
+
+
+def check_sparse_call(q, k, v, key_mask, causal, scale, **sizes: int):
+    """The checks every sparse attention call shares: q, k, v; ``causal`` a bool; ``scale`` None or
+    a finite number > 0; each named size an integer >= 1; the key mask. Returns (B, H, L, key_mask
+    as (B, L) or None)."""
+    B, H, L, _ = check_self_attention_qkv(q, k, v)
+    check_bool("causal", causal)
+    if scale is not None:
+        check_number("scale", scale, 0.0, low_open=True)
+    for name, value in sizes.items():
+        check_count(name, value)
+    return B, H, L, check_key_mask(key_mask, B, L, q.device)
+
+
+def check_positions_list(name: str, positions, L: int) -> list[int]:
+    """Token positions (any iterable of integers) in ``[0, L)``, returned sorted without repeats;
+    a fractional position is refused rather than truncated."""
+    import numbers
+
+    if isinstance(positions, (str, bytes)) or not hasattr(positions, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of integer positions, got {type(positions).__name__}")
+    items = positions.tolist() if isinstance(positions, torch.Tensor) else list(positions)
+    for p in items:
+        if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+            raise ValueError(f"{name} must hold integer positions, got {p!r}")
+        if not 0 <= p < L:
+            raise ValueError(f"{name} must lie in [0, {L}), got {sorted(int(x) for x in items)}")
+    return sorted(set(int(p) for p in items))

@@ -1,0 +1,26 @@
+"""Models and their KV caches (model, kv_cache, sampling)."""
+from __future__ import annotations
+
+from .scalars import check_int
+
+
+def check_cache(cache, num_layers: int) -> None:
+    """``cache`` must be None or a KV cache built for exactly ``num_layers`` layers.
+
+    A cache with more layers would keep its unused layers at length 0 (``length`` is the minimum,
+    so the context-length check would see 0); one with fewer would fail with an IndexError.
+    """
+    if cache is None:
+        return
+    layers = getattr(cache, "num_layers", None)
+    if layers is None or not hasattr(cache, "update"):
+        raise TypeError(f"cache must be a KVCache (see model.new_cache()), got {type(cache).__name__}")
+    if layers != num_layers:
+        raise ValueError(f"cache was built for {layers} layers but the model has {num_layers}; "
+                         "make it with model.new_cache()")
+
+
+def check_cache_layer(cache, layer) -> None:
+    """An attention module's ``layer`` index must name one of ``cache``'s layers."""
+    check_cache(cache, getattr(cache, "num_layers", -1))
+    check_int("layer", layer, 0, cache.num_layers - 1)

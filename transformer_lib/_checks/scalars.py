@@ -1,0 +1,118 @@
+"""Numbers and flags: counts, sizes, rates, temperatures, choices among names."""
+from __future__ import annotations
+
+
+
+def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
+    """``value`` must be an integer (not a bool) in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or \
+            (high is not None and value > high):
+        if high is not None:
+            what = f"an integer in [{low}, {high}]"
+        else:
+            what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
+def check_positive(name: str, value) -> None:
+    """``value`` must be a positive integer (``>= 1``)."""
+    check_int(name, value, 1)
+
+
+def check_count(name: str, value, low: int = 1, high: int | None = None) -> int:
+    """``value`` must be an integer (a Python or NumPy integer, not a bool) in ``[low, high]``;
+    returned as an int. A non-number is a TypeError; a bool, a fraction or a value out of range a
+    ValueError (2.5 trees, or True layers, are values a caller meant as numbers)."""
+    import numbers
+
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    check_int(name, value if isinstance(value, bool) or not isinstance(value, numbers.Integral) else int(value),
+              low, high)  # a bool or a fraction: check_int's ValueError, with its wording
+    return int(value)
+
+
+def check_probability(name: str, value) -> None:
+    """``value`` must be a real number in [0, 1] (a dropout rate, a top-p mass, ...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+
+
+def check_positive_float(name: str, value) -> None:
+    """``value`` must be a finite real number > 0 (an epsilon, a temperature, a base ...)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_real(name: str, value, low: float | None = None, high: float | None = None,
+               low_open: bool = False) -> None:
+    """``value`` must be a finite real number (not a bool, not NaN) in ``[low, high]``
+    (``(low, high]`` with ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    bad = v != v or v in (float("inf"), float("-inf")) or (low is not None and (v <= low if low_open else v < low)) \
+        or (high is not None and v > high)
+    if bad:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else f"<= {high}"
+        what = " and ".join(s for s in (lo, hi) if s) or "finite"
+        raise ValueError(f"{name} must be a finite number {what}, got {value!r}")
+
+
+def check_number(name: str, value, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` must be a finite real number (Python or NumPy, not a bool) within the bounds
+    (``low_open`` / ``high_open`` exclude the end); returned as a float. NaN and inf are refused:
+    they would compare False with every bound and pass a check written as ``if x < low``."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    too_low = low is not None and (v <= low if low_open else v < low)
+    too_high = high is not None and (v >= high if high_open else v > high)
+    if v != v or abs(v) == float("inf") or too_low or too_high:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else (f"< {high}" if high_open else f"<= {high}")
+        what = " and ".join(s for s in (lo, hi) if s)
+        raise ValueError(f"{name} must be a finite number{' ' + what if what else ''}, got {value!r}")
+    return v
+
+
+def check_positive_reals(**values) -> None:
+    """Each named value must be a positive finite real number (bytes, GB/s, rows, bits per weight)."""
+    import math
+    import numbers
+
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_bool(name: str, value) -> None:
+    """``value`` must be True or False (a string such as ``"no"`` would be truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def check_choice(name: str, value, allowed) -> str:
+    """``value`` must be one of ``allowed`` (a kernel name, a task, a model family)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(map(repr, allowed))}, got {type(value).__name__}")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def check_str_list(name: str, value) -> tuple[str, ...]:
+    """A list or tuple of strings (special tokens, labels); returned as a tuple. A bare string is a
+    TypeError: iterating over ``"<eos>"`` would give five one-character strings."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of str, got {type(value).__name__} {value!r}")
+    for s in value:
+        if not isinstance(s, str):
+            raise TypeError(f"each entry of {name} must be a str, got {type(s).__name__} {s!r}")
+    return tuple(value)

@@ -1,0 +1,112 @@
+"""Token ids, prompts, logits, positions and text: what a model, a tokenizer or a sampler takes."""
+from __future__ import annotations
+
+import torch
+
+
+
+def check_tokens(tokens: torch.Tensor, name: str = "tokens") -> None:
+    """A batch of token ids must be (B, L)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"{name} must be (B, L), got shape {shape}")
+
+
+def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
+    """``tokens`` must be an integer (B, L) tensor of ids in ``[0, vocab_size)``.
+
+    Float ids are refused rather than truncated (3.7 is not a token), and an id outside the table
+    is named here instead of failing deep inside ``nn.Embedding``'s index lookup.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids (B, L), got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must be (B, L), got shape {tuple(tokens.shape)}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {int(tokens.min())} "
+                         f"to {int(tokens.max())}")
+
+
+def check_prompt_ids(prompt_ids, vocab_size: int | None = None, name: str = "prompt_ids") -> None:
+    """A prompt for generation: a non-empty 1-D sequence of integer ids (list or tensor), each in
+    ``[0, vocab_size)`` when the vocabulary is known. A 2-D prompt is refused, not flattened."""
+    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.as_tensor(prompt_ids)
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.dim() != 1:
+        raise ValueError(f"{name} must be one 1-D sequence of token ids, got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError(f"{name} must hold at least one token")
+    if vocab_size is not None and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {int(ids.min())} to {int(ids.max())}")
+
+
+def check_id_list(name: str, ids, vocab_size: int) -> torch.Tensor:
+    """Token ids already seen (1-D, any length, integers in ``[0, vocab_size)``); returned as a long
+    tensor. An id of -1 would otherwise index the last vocabulary entry."""
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
+    if t.numel() == 0:
+        return t.reshape(0).long()
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if int(t.min()) < 0 or int(t.max()) >= vocab_size:
+        raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {int(t.min())} to {int(t.max())}")
+    return t.long()
+
+
+def check_logits(logits, name: str = "logits") -> None:
+    """Next-token logits: a floating tensor (V,) or (B, V) with no NaN (``-inf`` marks a removed
+    token; ``+inf`` is refused too). NaN would otherwise become a plausible token: argmax picks it,
+    and ``torch.multinomial`` fails with a message that names nothing the caller passed."""
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (V,) or (B, V), got {type(logits).__name__}")
+    if logits.dim() not in (1, 2) or not logits.is_floating_point():
+        raise ValueError(f"{name} must be a float tensor (V,) or (B, V), got {logits.dtype} of shape "
+                         f"{tuple(logits.shape)}")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"{name} must have at least one vocabulary entry, got shape {tuple(logits.shape)}")
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise ValueError(f"{name} contain NaN or +inf; the model's output is broken, no token can be chosen")
+    if torch.isneginf(logits).all(dim=-1).any():
+        raise ValueError(f"every entry of a row of {name} is -inf: no token is left to choose")
+
+
+def check_positions(positions: torch.Tensor, name: str = "positions") -> None:
+    """Positions must be an integer tensor (a fractional position would be silently rounded
+    elsewhere; negative ones are relative offsets, which RoPE defines)."""
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of integer positions, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+        raise ValueError(f"{name} must be integers, got dtype {positions.dtype}")
+
+
+def check_text(text, what: str = "text") -> bytes:
+    """``text`` must be a str of valid Unicode; return its UTF-8 bytes.
+
+    Python strings may hold lone surrogates (U+D800..U+DFFF, e.g. from ``"\\ud83d"``), which have
+    no UTF-8 encoding: no tokenizer can round-trip them, so every text entry point refuses them here.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        raise ValueError(f"{what} contains a lone surrogate U+{ord(bad):04X} at index {err.start}; "
+                         "only valid Unicode (no unpaired surrogates) can be encoded as UTF-8") from None
+
+
+def check_chat_messages(messages) -> list[dict]:
+    """Chat messages: a non-empty list of ``{'role': 'system'|'user'|'assistant', 'content': str}``."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(m.get("content"), str):
+            raise ValueError(f"each message must be a dict with role 'system', 'user' or 'assistant' and a "
+                             f"string content, got {m!r}")
+    return list(messages)
