@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import transformer_lib.distributed as tld
 from transformer_lib.exercises import get
 
-from _servers import stop
+sys.path.insert(0, str(Path(__file__).resolve().parent / "bookkit"))  # the process helpers of the tooling tests
+from _servers import stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
