@@ -1,0 +1,53 @@
+"""LoRA adapters (chapter 21, transformer_lib.lora): the layer to wrap, rank, alpha, targets."""
+from __future__ import annotations
+
+from torch import nn
+
+from .scalars import check_count, check_number, check_str_list
+
+
+def _check_rank_alpha_dropout(rank, alpha, dropout) -> None:
+    check_count("rank", rank)  # 0 would be no adapter at all, and alpha / rank a division by zero
+    check_number("alpha", alpha, low=0.0, low_open=True)
+    check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)  # 1.0 would drop every input
+
+
+def check_lora_linear(base, rank, alpha, dropout) -> None:
+    """``base`` an ``nn.Linear`` (any other module is a ValueError: LoRA here adapts a matrix
+    ``x W^T``; something that is not a module at all is a TypeError), ``rank`` an integer in
+    ``[1, min(in_features, out_features)]``, ``alpha > 0`` and ``0 <= dropout < 1``."""
+    if not isinstance(base, nn.Module):
+        raise TypeError(f"base must be an nn.Linear, got {type(base).__name__}")
+    if not isinstance(base, nn.Linear):
+        raise ValueError(f"base must be an nn.Linear, got the module {type(base).__name__}")
+    _check_rank_alpha_dropout(rank, alpha, dropout)
+    limit = min(base.in_features, base.out_features)
+    if rank > limit:
+        raise ValueError(f"rank must be <= min(in_features, out_features) = {limit} for this layer "
+                         f"({base.in_features} -> {base.out_features}), got {rank}: a larger rank adds "
+                         "parameters but cannot add directions")
+
+
+def check_add_lora(model, rank, alpha, targets, dropout) -> tuple[str, ...]:
+    """``model`` an ``nn.Module`` without adapters yet, the adapter's numbers as for
+    :class:`~transformer_lib.lora.LoRALinear`, and ``targets`` a non-empty list of module-name
+    suffixes; returned as a tuple."""
+    check_lora_model(model)
+    from ..lora import LoRALinear
+
+    wrapped = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
+    if wrapped:
+        raise ValueError(f"model already has LoRA adapters (at {', '.join(wrapped[:3])}"
+                         f"{', ...' if len(wrapped) > 3 else ''}): merge_lora(model) first, or load into a fresh model")
+    _check_rank_alpha_dropout(rank, alpha, dropout)
+    targets = check_str_list("targets", targets)
+    if not targets or any(not t or t.startswith(".") or t.endswith(".") for t in targets):
+        raise ValueError(f"targets must be a non-empty list of module-name suffixes such as ['q_proj', 'v_proj'], "
+                         f"got {list(targets)!r}")
+    return targets
+
+
+def check_lora_model(model) -> None:
+    """``model`` must be an ``nn.Module`` (the model to adapt, merge, save or load into)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
