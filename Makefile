@@ -13,11 +13,12 @@ PIP := $(PY) -m pip
 # Override with e.g. `make test TORCH='torch==2.5.1'`.
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
-# make test runs the chapters on this many processes (pytest-xdist, one chapter per process at a
-# time); CI has 2 cores. Each gets one intra-op thread: two processes with two OpenMP threads each
-# on two cores wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower that way).
-# The library and tooling tests run in one process: their xdist groups (tests/conftest.py) were not
-# applied, and the hub, course and book tests must not run twice at once.
+# make test runs every test and every chapter in one pytest on this many processes (pytest-xdist);
+# CI has 2 cores. A test file, a notebook, or the files that share a folder (the built book) go to
+# one process as a whole (the scheduler in tests/conftest.py), so a module's fixtures (a book, a
+# course, a hub) are made once and never twice at a time. Each process gets one intra-op thread:
+# two processes with two OpenMP threads each on two cores wait on each other's barriers (chapter
+# 17's sampling cells ran 5-8x slower that way).
 JOBS ?= 2
 TEST_THREADS ?= 1
 
@@ -38,8 +39,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	$(PY) -m pytest -q --durations=10 tests
-	OMP_NUM_THREADS=$(TEST_THREADS) TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=10 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters/*.ipynb
+	OMP_NUM_THREADS=$(TEST_THREADS) TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=20 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg tests chapters/*.ipynb
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv

@@ -38,27 +38,45 @@ def _no_torch_fastpath():
 
 
 # -- parallel runs ---------------------------------------------------------------------------------
-# For `pytest -n 2 --dist loadgroup` (pytest-xdist): each test file is one group, so its module
-# fixtures (a built book, a course, a hub) would be made once on one worker, and files that share a
-# folder on disk form one group. NOT YET WORKING: with xdist 3.8 the groups were not applied (tests
-# of one file ran on both workers), so `make test` runs these tests in one process for now.
+# `make test` runs every test and every chapter in one `pytest -n 2 --dist loadgroup` (pytest-xdist).
+# A group is one test file or one notebook, and files that share a folder on disk form one group, so
+# that a module's fixtures (a built book, a course, a hub) are made once, on one worker, and never
+# twice at the same time. The groups are applied by the scheduler below rather than by
+# `xdist_group` marks: pytest 9 keeps an item's node id where pytest-xdist 3.8 cannot add the
+# mark's "@group" suffix, so marked tests of one file were spread over both workers.
 SHARED_FOLDERS = {
     "test_book": "book/_build", "test_browser": "book/_build", "test_pdf": "book/_build",
+    "test_explainer": "book/_build",
 }
 
 
-# The longest groups go first (xdist hands groups out in collection order), so that no long group
-# starts last while the other worker sits idle. Longest first, as measured by --durations.
-LONGEST_FIRST = ["test_course", "book/_build", "test_hub", "test_smollm2", "test_distributed",
-                 "test_quantization", "test_exercises_answers", "test_sparse_tiles", "test_sparse"]
+def group_of(nodeid: str) -> str:
+    """The scheduling group of a test id: its file's stem, or the folder it shares with others."""
+    stem = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED_FOLDERS.get(stem, stem)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into groups
+@pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler factory
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        """Load-scope scheduling whose scope is the group of ``group_of``."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return FileGroups(config, log)
+
+
+# The longest groups go first (each worker takes the next group in collection order when it is
+# free), so that no long group starts last while the other worker sits idle. As measured by
+# --durations on the 2-core machine.
+LONGEST_FIRST = ["book/_build", "test_course", "test_hub", "17-generating-text.ipynb", "test_smollm2",
+                 "test_distributed", "test_quantization", "test_exercises_answers", "test_sparse_tiles",
+                 "test_sparse"]
+
+
 def pytest_collection_modifyitems(config, items):
-    def group(item):
-        return SHARED_FOLDERS.get(item.path.stem, item.path.stem)
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: file order kept within a group
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))  # stable: file order kept
