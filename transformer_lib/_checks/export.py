@@ -1,0 +1,49 @@
+"""Exporting a model to a file another runtime reads (ONNX for the book's explainer page,
+transformer_lib.export)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+EXPORTABLE_POSITIONAL = ("learned", "sinusoidal", "none")
+
+
+def check_export_args(model, path, tokenizer, opset: int) -> Path:
+    """A ``DecoderOnlyLM`` with a positional scheme the graph supports (learned, sinusoidal or
+    none: RoPE and ALiBi would need their own export code), a path ending in ``.onnx`` whose
+    folder exists, the model's own ``BPETokenizer`` (one token per row of the embedding) and an
+    ONNX opset in [18, 23]. Returns the path as a ``Path``."""
+    from ..model import DecoderOnlyLM
+    from ..tokenization import BPETokenizer
+    from .scalars import check_int
+
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"model must be a DecoderOnlyLM (chapter 16's GPT), got {type(model).__name__}")
+    if model.positional not in EXPORTABLE_POSITIONAL:
+        raise ValueError(f"model's positional scheme must be one of {EXPORTABLE_POSITIONAL} to be exported, "
+                         f"got {model.positional!r}")
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path ending in .onnx, got {type(path).__name__}")
+    path = Path(path)
+    if path.suffix != ".onnx":
+        raise ValueError(f"path must end in .onnx, got {str(path)!r}")
+    if not path.parent.is_dir():
+        raise ValueError(f"path's folder {str(path.parent)!r} does not exist")
+    if not isinstance(tokenizer, BPETokenizer):
+        raise TypeError(f"tokenizer must be the model's BPETokenizer, got {type(tokenizer).__name__}")
+    if len(tokenizer) != model.embed.num_embeddings:
+        raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's embedding has "
+                         f"{model.embed.num_embeddings} rows: it is not this model's tokenizer")
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise TypeError(f"opset must be an int, got {type(opset).__name__}")
+    check_int("opset", opset, 18, 23)
+    return path
+
+
+def check_onnx_path(path) -> Path:
+    """An existing ``.onnx`` file."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path to an .onnx file, got {type(path).__name__}")
+    path = Path(path)
+    if path.suffix != ".onnx" or not path.is_file():
+        raise ValueError(f"path must be an existing .onnx file, got {str(path)!r}")
+    return path
