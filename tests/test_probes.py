@@ -127,3 +127,178 @@ def test_blocks_i_is_the_residual_stream_after_block_i_in_both_decoders(name):
     with pytest.raises(ValueError, match="names"):
         with record_activations(model, "blocks.0"):
             pass
+
+
+# -- the hook points: the same names on both decoders (issue #29) --------------------------------------
+
+HOOKS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern")
+
+
+def _copy_without_head(model, layer, head):
+    """A deep copy of ``model`` whose head ``head`` of block ``layer`` has its W^O columns zeroed:
+    the by-hand zero ablation to compare the hook_z patch with."""
+    import copy
+    from transformer_lib.probes import block_attention
+    other = copy.deepcopy(model)
+    attn = block_attention(other, layer)
+    d = attn.out_proj.weight.shape[1] // attn.num_heads
+    with torch.no_grad():
+        attn.out_proj.weight[:, head * d:(head + 1) * d] = 0.0
+    return other
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_hook_points_have_their_shapes_and_add_up_to_the_residual_stream(name):
+    from transformer_lib.probes import head_contributions, hook_points, record_activations
+    model = _two_decoders()[name]
+    B, L, D, H = 2, 6, 16, 4
+    tokens = torch.randint(0, 17, (B, L))
+    names = hook_points(model)
+    assert names == [f"blocks.{i}" + s for i in range(3) for s in ("", *(f".{h}" for h in HOOKS))]
+    assert not any("hook" in k for k in model.state_dict()), "hook points must add no state-dict key"
+    with torch.no_grad():
+        plain = model(tokens)
+        with record_activations(model, [n for n in names if not n.endswith("hook_pattern")]) as acts:
+            same = model(tokens)
+        assert torch.equal(same, plain), "recording (without the pattern) must change nothing"
+        x = model.embed(tokens)  # the stream before block 0 (RoPE: no added positions)
+        for i in range(3):
+            a, f, z = acts[f"blocks.{i}.hook_attn_out"], acts[f"blocks.{i}.hook_ffn_out"], acts[f"blocks.{i}.hook_z"]
+            assert a.shape == f.shape == (B, L, D) and z.shape == (B, L, H, D // H)
+            # pre-norm: the block adds its two contributions to the stream it received
+            torch.testing.assert_close(x + a + f, acts[f"blocks.{i}"], atol=1e-6, rtol=0)
+            per_head = head_contributions(model, i, z)  # (B, L, H, D)
+            bias = model.blocks[i].self_attn.out_proj.bias if name == "DecoderOnlyLM" else None
+            total = per_head.sum(2) + (0 if bias is None else bias)
+            torch.testing.assert_close(total, a, atol=1e-6, rtol=0)
+            x = acts[f"blocks.{i}"]
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_hook_pattern_is_what_record_attention_sees(name):
+    from transformer_lib.probes import record_activations
+    model = _two_decoders()[name]
+    tokens = torch.randint(0, 17, (2, 6))
+    with torch.no_grad():
+        plain = model(tokens)
+        with record_attention(model, weights=True) as calls:
+            model(tokens)
+        with record_activations(model, [f"blocks.{i}.hook_pattern" for i in range(3)]) as acts:
+            patterned = model(tokens)
+        assert torch.equal(model(tokens), plain)  # the readable path is switched off again
+    torch.testing.assert_close(patterned, plain, atol=ATOL, rtol=0)  # readable path: float rounding only
+    for i, call in enumerate(calls):
+        p = acts[f"blocks.{i}.hook_pattern"]
+        assert p.shape == (2, 4, 6, 6)
+        torch.testing.assert_close(p, call.weights, atol=1e-6, rtol=0)
+        assert (p.triu(1) == 0).all(), "causal: no weight on later tokens"
+        torch.testing.assert_close(p.sum(-1), torch.ones(2, 4, 6), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("layer, head", [(0, 1), (2, 3)])
+def test_zeroing_a_head_in_hook_z_is_zeroing_its_columns_of_W_O(name, layer, head):
+    from transformer_lib.probes import patch_activations
+
+    def ablate(z):  # (B, L, H, d_head)
+        z = z.clone()
+        z[..., head, :] = 0.0
+        return z
+
+    model = _two_decoders()[name]
+    tokens = torch.randint(0, 17, (2, 6))
+    with torch.no_grad():
+        clean = model(tokens)
+        with patch_activations(model, {f"blocks.{layer}.hook_z": ablate}):
+            ablated = model(tokens)
+        by_hand = _copy_without_head(model, layer, head)(tokens)
+        assert torch.equal(model(tokens), clean)
+    torch.testing.assert_close(ablated, by_hand, atol=1e-5, rtol=0)
+    assert (ablated - clean).abs().max() > 1e-3, "ablating a head of a random model changes its logits"
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_patching_any_hook_point_with_its_clean_value_gives_the_clean_logits(name):
+    from transformer_lib.probes import hook_points, patch_activations, record_activations
+    model = _two_decoders()[name]
+    clean_tokens, corrupt_tokens = torch.randint(0, 17, (2, 6)), torch.randint(0, 17, (2, 6))
+    names = [n for n in hook_points(model) if not n.endswith("hook_pattern")]
+    with torch.no_grad():
+        with record_activations(model, names) as clean:
+            clean_logits = model(clean_tokens)
+        corrupt_logits = model(corrupt_tokens)
+        assert not torch.allclose(clean_logits, corrupt_logits)
+        for i in range(3):  # the later blocks see only the stream: a corrupted run becomes the clean one
+            with patch_activations(model, {f"blocks.{i}": clean[f"blocks.{i}"]}):
+                patched = model(corrupt_tokens)
+            torch.testing.assert_close(patched, clean_logits, atol=1e-5, rtol=0)
+        with patch_activations(model, {f"blocks.{i}.hook_z": clean[f"blocks.{i}.hook_z"] for i in range(3)}):
+            patched = model(corrupt_tokens)  # every head clean, the FFNs still see the corrupted stream
+        assert not torch.allclose(patched, clean_logits) and not torch.allclose(patched, corrupt_logits)
+        with patch_activations(model, {"blocks.1": clean["blocks.1"]}):
+            assert torch.equal(model(clean_tokens), clean_logits)  # its own value: the clean logits, exactly
+        assert torch.equal(model(corrupt_tokens), corrupt_logits), "nothing stays hooked"
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_nothing_stays_hooked_after_an_exception_and_bad_names_are_named(name):
+    from transformer_lib.probes import patch_activations, record_activations
+    model = _two_decoders()[name]
+    tokens = torch.randint(0, 17, (1, 5))
+    with torch.no_grad():
+        plain = model(tokens)
+        with pytest.raises(RuntimeError, match="inside"):
+            with record_activations(model, ["blocks.0.hook_z", "blocks.1.hook_pattern"]):
+                model(tokens)
+                raise RuntimeError("raised inside the with block")
+        with pytest.raises(RuntimeError, match="inside"):
+            with patch_activations(model, {"blocks.0.hook_z": torch.zeros_like}):
+                raise RuntimeError("raised inside the with block")
+        assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+        assert torch.equal(model(tokens), plain)
+    with pytest.raises(ValueError, match="'blocks.0.hook_q'"):
+        with record_activations(model, ["blocks.0", "blocks.0.hook_q"]):
+            pass
+    with pytest.raises(ValueError, match="'blocks.7.hook_z'"):
+        with patch_activations(model, {"blocks.7.hook_z": torch.zeros_like}):
+            pass
+    with pytest.raises(ValueError, match="recorded only"):
+        with patch_activations(model, {"blocks.0.hook_pattern": torch.zeros_like}):
+            pass
+    with pytest.raises(TypeError, match="patches"):
+        with patch_activations(model, {"blocks.0.hook_z": 3.0}):
+            pass
+    with pytest.raises(TypeError, match="names"):
+        with record_activations(model, ["blocks.0", 1]):
+            pass
+
+
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+def test_hook_points_work_with_and_without_the_kv_cache(name):
+    from transformer_lib.probes import record_activations
+    model = _two_decoders()[name]
+    tokens = torch.randint(0, 17, (1, 6))
+    with torch.no_grad():
+        with record_activations(model, ["blocks.1.hook_z", "blocks.1.hook_attn_out"]) as full:
+            model(tokens)
+        cache = model.new_cache()
+        model(tokens[:, :5], cache=cache)
+        with record_activations(model, ["blocks.1.hook_z", "blocks.1.hook_attn_out"]) as step:
+            model(tokens[:, 5:], cache=cache)  # one new token
+    assert step["blocks.1.hook_z"].shape == (1, 1, 4, 4)
+    torch.testing.assert_close(step["blocks.1.hook_z"][:, 0], full["blocks.1.hook_z"][:, -1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(step["blocks.1.hook_attn_out"][:, 0], full["blocks.1.hook_attn_out"][:, -1],
+                               atol=1e-5, rtol=0)
+
+
+def test_head_contributions_checks_its_input():
+    from transformer_lib.probes import head_contributions
+    model = _two_decoders()["DecoderOnlyLM"]
+    with pytest.raises(ValueError, match="layer"):
+        head_contributions(model, 3, torch.zeros(1, 2, 4, 4))
+    with pytest.raises(ValueError, match="z must be"):
+        head_contributions(model, 0, torch.zeros(1, 2, 16))
+    with pytest.raises(TypeError, match="z must be"):
+        head_contributions(model, 0, [[0.0]])
+    with pytest.raises(TypeError, match="model"):
+        head_contributions("gpt", 0, torch.zeros(1, 2, 4, 4))

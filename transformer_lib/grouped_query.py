@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ._checks import check_cache_layer, check_floating, check_mask
 from .attention import scaled_dot_product_attention
-from .multihead import merge_heads
+from .multihead import is_hooked, merge_heads
 
 __all__ = ["GroupedQueryAttention", "repeat_kv", "causal_mask_with_offset"]
 
@@ -61,6 +61,8 @@ class GroupedQueryAttention(nn.Module):
     :class:`~transformer_lib.kv_cache.KVCache`; this layer's keys/values are appended to it
     under index ``layer``, and positions (for ``rotary``) continue after the cached ones.
     Returns ``(output (B, L, d_model), weights (B, H, L, L_total) or None)``.
+    ``hook_z`` / ``hook_pattern``: the block's hook points, as in
+    :class:`~transformer_lib.multihead.MultiHeadAttention` (z is (B, L, H, head_dim), H query heads).
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None, head_dim: int | None = None,
@@ -87,7 +89,8 @@ class GroupedQueryAttention(nn.Module):
         self.rotary = rotary
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False,
-                cache=None, layer: int = 0, need_weights: bool = False):
+                cache=None, layer: int = 0, need_weights: bool = False,
+                hook_z: nn.Module | None = None, hook_pattern: nn.Module | None = None):
         check_floating("x", x)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, L, {self.d_model}), got shape {tuple(x.shape)}")
@@ -106,12 +109,16 @@ class GroupedQueryAttention(nn.Module):
             k, v = cache.update(layer, k, v)  # (B, H_kv, offset + L, d) each
         L_k = k.shape[2]
 
-        if need_weights or mask is not None:
+        pattern = is_hooked(hook_pattern)
+        if need_weights or pattern or mask is not None:
             if causal:
                 causal_m = causal_mask_with_offset(L, L_k, x.device)  # (L, L_k)
                 mask = causal_m if mask is None else mask & causal_m
             k_all, v_all = repeat_kv(k, self.groups), repeat_kv(v, self.groups)  # (B, H, L_k, d)
-            out, weights = scaled_dot_product_attention(q, k_all, v_all, mask, need_weights=need_weights)
+            out, weights = scaled_dot_product_attention(q, k_all, v_all, mask, need_weights=need_weights or pattern)
+            if pattern:
+                hook_pattern(weights)  # recorded only
+                weights = weights if need_weights else None
         else:  # fast path: no mask tensor when causality is free or built in
             if not causal or L == 1:
                 out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, H, L, d)
@@ -121,6 +128,9 @@ class GroupedQueryAttention(nn.Module):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask_with_offset(L, L_k, x.device),
                                                      enable_gqa=True)
             weights = None
+        if hook_z is not None:
+            z = hook_z(out.transpose(1, 2))  # (B, H, L, d) -> (B, L, H, d): each head's output
+            return self.out_proj(z.reshape(B, L, self.num_heads * self.head_dim)), weights
         return self.out_proj(merge_heads(out)), weights  # (B, L, d_model), (B, H, L, L_k) or None
 
     @classmethod

@@ -68,6 +68,10 @@ class EncoderLayer(nn.Module):
     ``ffn=False`` builds the FFN as usual (same initial weights for everything else) and then
     switches it off for good: its output matrix is zero and frozen, so the block is attention +
     residual + norm only (chapter 6's attention-only control).
+
+    Hook points (``nn.Identity``, no weights; see :mod:`transformer_lib.probes`): ``hook_attn_out``
+    and ``hook_ffn_out`` (B, L, D) are what each sub-layer adds to the residual stream, ``hook_z``
+    (B, L, H, d_k) each head's output before W^O, ``hook_pattern`` (B, H, L, L) the weights.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
@@ -83,19 +87,26 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         if not ffn:
             self.ffn.switch_off()
+        self.hook_attn_out, self.hook_ffn_out = nn.Identity(), nn.Identity()  # (B, L, D) each
+        self.hook_z, self.hook_pattern = nn.Identity(), nn.Identity()  # (B, L, H, d_k), (B, H, L, L)
 
     def _sa(self, x, mask, bias, cache, layer):
-        return self.dropout1(self.self_attn(x, mask=mask, bias=bias, cache=cache, layer=layer)[0])
+        out = self.self_attn(x, mask=mask, bias=bias, cache=cache, layer=layer,
+                             hook_z=self.hook_z, hook_pattern=self.hook_pattern)[0]
+        return self.hook_attn_out(self.dropout1(out))
+
+    def _ff(self, x):
+        return self.hook_ffn_out(self.dropout2(self.ffn(x)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
         """``cache``/``layer``: see :class:`MultiHeadAttention` (a decoder-only model's generation)."""
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, bias, cache, layer)
-            x = x + self.dropout2(self.ffn(self.norm2(x)))
+            x = x + self._ff(self.norm2(x))
         else:
             x = self.norm1(x + self._sa(x, mask, bias, cache, layer))
-            x = self.norm2(x + self.dropout2(self.ffn(x)))
+            x = self.norm2(x + self._ff(x))
         return x
 
     @classmethod

@@ -15,7 +15,13 @@ import torch.nn as nn
 from ._checks import check_cache_layer, check_floating, check_mask, check_positive, check_probability
 from .attention import _attention, _attention_fast
 
-__all__ = ["MultiHeadAttention", "split_heads", "merge_heads"]
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "is_hooked"]
+
+
+def is_hooked(module: nn.Module | None) -> bool:
+    """True when a forward hook (or pre-hook) is registered on ``module``: a hook point that
+    someone records, so that the attention weights must be formed for it."""
+    return module is not None and bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -48,6 +54,12 @@ class MultiHeadAttention(nn.Module):
     call's keys and values under index ``layer`` and attends over all cached ones: the query's
     positions continue after the cached length, and ``mask``/``bias`` then cover
     (.., L_q, L_past + L_q). It is how a decoder generates one token per step (chapter 17).
+
+    ``hook_z`` / ``hook_pattern`` (modules, usually the calling block's ``nn.Identity`` hook
+    points, see :mod:`transformer_lib.probes`): each head's output z (B, L_q, H, d_k) passes
+    through ``hook_z`` before the output projection, so a hook there can read or replace it;
+    ``hook_pattern`` is called with the weights (B, H, L_q, L_k) whenever they are computed, and
+    a hook on it makes this call take the readable path (the fused one never forms them).
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
@@ -70,7 +82,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                need_weights: bool = False, bias: torch.Tensor | None = None, cache=None, layer: int = 0):
+                need_weights: bool = False, bias: torch.Tensor | None = None, cache=None, layer: int = 0,
+                hook_z: nn.Module | None = None, hook_pattern: nn.Module | None = None):
         if cache is not None and any(t is not None and t is not query for t in (key, value)):
             raise ValueError("cache is for self-attention only: pass the query alone (key=value=None)")
         key = query if key is None else key
@@ -99,10 +112,16 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H, past + L_k, d_k) each
         p = self.dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or is_hooked(hook_pattern):
             out, weights = _attention(q, k, v, mask, None, bias, p)  # readable path, keeps the weights
+            if hook_pattern is not None:
+                hook_pattern(weights)  # recorded only: the output is computed from the unhooked weights
+            weights = weights if need_weights else None
         else:
             out, weights = _attention_fast(q, k, v, mask, None, bias, p), None  # fused SDPA
+        if hook_z is not None:
+            z = hook_z(out.transpose(1, 2))  # (B, H, L_q, d_k) -> (B, L_q, H, d_k): each head's output
+            return self.out_proj(z.reshape(B, L_q, self.d_model)), weights  # concatenate, project
         return self.out_proj(merge_heads(out)), weights  # (B, L_q, d_model), (B, H, L_q, L_k)
 
     @classmethod

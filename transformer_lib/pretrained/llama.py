@@ -69,7 +69,11 @@ class LlamaConfig:
 
 
 class LlamaBlock(nn.Module):
-    """One pre-norm decoder block: GQA with rotary positions, then a SwiGLU FFN, each residual."""
+    """One pre-norm decoder block: GQA with rotary positions, then a SwiGLU FFN, each residual.
+
+    Hook points as in :class:`~transformer_lib.layers.EncoderLayer` (``hook_attn_out``,
+    ``hook_ffn_out`` (B, L, D), ``hook_z`` (B, L, H, head_dim), ``hook_pattern`` (B, H, L, L)):
+    ``nn.Identity`` modules, no weights, so the GGUF's tensors load unchanged."""
 
     def __init__(self, cfg: LlamaConfig, rotary: RotaryEmbedding):
         super().__init__()
@@ -78,10 +82,14 @@ class LlamaBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         # linear1 = gate (SiLU), linear3 = up, linear2 = down
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, activation="swiglu", bias=False)
+        self.hook_attn_out, self.hook_ffn_out = nn.Identity(), nn.Identity()  # (B, L, D) each
+        self.hook_z, self.hook_pattern = nn.Identity(), nn.Identity()  # (B, L, H, d), (B, H, L, L)
 
     def forward(self, x: torch.Tensor, cache=None, layer: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), causal=True, cache=cache, layer=layer)[0]  # (B, L, D)
-        return x + self.ffn(self.ffn_norm(x))  # the residual stream after this block
+        attn = self.attn(self.attn_norm(x), causal=True, cache=cache, layer=layer,
+                         hook_z=self.hook_z, hook_pattern=self.hook_pattern)[0]
+        x = x + self.hook_attn_out(attn)  # (B, L, D)
+        return x + self.hook_ffn_out(self.ffn(self.ffn_norm(x)))  # the residual stream after this block
 
 
 class LlamaDecoder(nn.Module):

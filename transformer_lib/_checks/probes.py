@@ -1,0 +1,70 @@
+"""Probes and interpretability (probes, induction): module paths, patches, head indices."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .scalars import check_int
+
+RECORD_ONLY = ("hook_pattern",)  # hook points whose value the model does not read back
+
+
+def check_module(model) -> None:
+    """``model`` must be an ``nn.Module``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+
+
+def check_module_names(model, names, what: str = "names") -> dict:
+    """``names`` must be a non-empty list of paths of ``model.named_modules()``; returns
+    ``{name: module}``. A name that does not exist is a ValueError naming it (and the hook
+    points of block 0, to show what does exist)."""
+    check_module(model)
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)) or not names:
+        raise ValueError(f"{what} must be a non-empty list of module paths such as 'blocks.0', got {names!r}")
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"each entry of {what} must be a str module path, got {type(n).__name__} {n!r}")
+    modules = dict(model.named_modules())
+    missing = [n for n in names if n not in modules]
+    if missing:
+        blocks = [n for n in modules if n.count(".") == 1 and n.startswith("blocks.")]
+        hooks = [n for n in modules if n.startswith("blocks.0.hook_")]
+        raise ValueError(f"{type(model).__name__} has no module {missing[0]!r}"
+                         f"{' (nor ' + ', '.join(map(repr, missing[1:])) + ')' if len(missing) > 1 else ''}; "
+                         f"its blocks are {blocks[:4]} ..., block 0's hook points {hooks}")
+    return {n: modules[n] for n in names}
+
+
+def check_patches(model, patches) -> dict:
+    """``patches`` must be a dict {module path: tensor or function}; hook points that are recorded
+    only (``hook_pattern``) cannot be patched. Returns ``{name: module}``."""
+    if not isinstance(patches, dict):
+        raise TypeError(f"patches must be a dict {{module path: tensor or function}}, got {type(patches).__name__}")
+    modules = check_module_names(model, list(patches), "patches")
+    for name, value in patches.items():
+        if name.rsplit(".", 1)[-1] in RECORD_ONLY:
+            raise ValueError(f"patches: {name!r} is recorded only (the model computes its output from "
+                             "the unpatched weights); patch 'hook_z' instead")
+        if not (isinstance(value, torch.Tensor) or callable(value)):
+            raise TypeError(f"patches[{name!r}] must be a tensor or a function output -> tensor, "
+                            f"got {type(value).__name__}")
+    return modules
+
+
+def check_block_index(model, layer) -> None:
+    """``layer`` must index one of ``model.blocks``."""
+    check_module(model)
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList):
+        raise ValueError(f"model must have a .blocks list of decoder blocks, {type(model).__name__} has none")
+    check_int("layer", layer, 0, len(blocks) - 1)
+
+
+def check_head_outputs(z, num_heads: int, head_dim: int) -> None:
+    """``z`` must be a floating tensor (..., L, H, d_head) with this attention's H and d_head."""
+    if not isinstance(z, torch.Tensor):
+        raise TypeError(f"z must be a torch.Tensor (B, L, H, d_head), got {type(z).__name__}")
+    if not z.is_floating_point() or z.dim() < 3 or tuple(z.shape[-2:]) != (num_heads, head_dim):
+        raise ValueError(f"z must be a float tensor (B, L, {num_heads}, {head_dim}) (a hook_z recording), "
+                         f"got {z.dtype} {tuple(z.shape)}")
