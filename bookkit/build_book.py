@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .conventions import (BOOK, CHAPTER_SLUG, CHAPTER_STEM, CHAPTERS as CHAPTERS_SRC, EXERCISE, HIDE_INPUT,
                           RAISES_EXCEPTION, ROOT, SOLUTION, is_check_cell, tags_of)
+from .explainer.build import write_explainer
 
 CHAPTERS_DST = BOOK / "chapters"
 HTML = BOOK / "_build" / "html"
@@ -169,37 +170,103 @@ _AUTHOR_YEAR = re.compile(r"(?P<name>[A-Z][\w'-]+)(?: et al\.|(?:(?:,| and| &) (
                           r" (?P<year>\((?P<y>\d{4})\))")
 
 
-def bib_keys(bib: Path | None = None) -> dict[tuple[str, str], str]:
-    """{(first author's surname, year): key} of book/references.bib (one entry per pair)."""
+def bib_keys(bib: Path | None = None) -> dict[tuple[str, ...], str]:
+    """{(first author's surname, year): key} of book/references.bib (the first entry per pair),
+    plus {(surname, year, second author's surname or "solo")} for one- and two-author works, so
+    that "Kudo (2018)" and "Kudo and Richardson (2018)" find different entries."""
     text = (bib or BOOK / "references.bib").read_text(encoding="utf8")
-    keys: dict[tuple[str, str], str] = {}
+    keys: dict[tuple[str, ...], str] = {}
+
+    def surname(person: str) -> str:
+        last = person.split(",")[0] if "," in person else person.split()[-1]
+        return re.sub(r"[{}\\\"'`^~]", "", last).split()[-1].lower()
+
     for m in re.finditer(r"@\w+\{([\w:-]+),(.*?)\n\}", text, re.S):
         author = re.search(r"\bauthor\s*=\s*\{(.*)\},?\s*$", m.group(2), re.M)
         year = re.search(r"\byear\s*=\s*\{?(\d{4})", m.group(2))
         if author and year:
-            first = author.group(1).split(" and ")[0]
-            surname = first.split(",")[0] if "," in first else first.split()[-1]
-            keys.setdefault((re.sub(r"[{}]", "", surname).split()[-1].lower(), year.group(1)), m.group(1))
+            people = [a.strip() for a in author.group(1).split(" and ")]
+            first, y = surname(people[0]), year.group(1)
+            keys.setdefault((first, y), m.group(1))
+            if len(people) <= 2:
+                keys.setdefault((first, y, surname(people[1]) if len(people) == 2 else "solo"), m.group(1))
+        title = re.search(r"\btitle\s*=\s*\{(.*)\},?\s*$", m.group(2), re.M)
+        if title:
+            keys.setdefault(("title", _plain_title(title.group(1))), m.group(1))
     return keys
 
 
-def link_further_reading(source: str, keys: dict[tuple[str, str], str], in_section: bool) -> tuple[str, bool]:
+def _plain_title(title: str) -> str:
+    """A title reduced to lower-case words, for matching a chapter's italics with a BibTeX title."""
+    return " ".join(re.sub(r"\$[^$]*\$|[^\w\s]", " ", re.sub(r"[{}]", "", title)).lower().split())
+
+
+# "- A. Vaswani et al., *Attention Is All You Need*, NeurIPS 2017": initials, surnames, the title in
+# italics, the year somewhere after it (not inside an arXiv number such as 1910.07467)
+_INITIALS = r"(?:[A-Z][a-z]?\.(?:-[A-Z]\.)?\s)+"
+_INITIALS_ITEM = re.compile(rf"^(?P<lead>\s*[-*]\s){_INITIALS}(?P<name>[A-Z][\w'-]+)"
+                            rf"(?P<more>\set al\.|(?:,\s{_INITIALS}[A-Z][\w'-]+)*),\s\*[^*]+\*")
+_YEAR = re.compile(r"(?<![\d.])(?:19|20)\d{2}(?![\d.]?\d)")
+
+
+def _entry_key(keys: dict, name: str, year: str, others: list[str], et_al: bool) -> str | None:
+    """The bibliography key of a work by ``name`` (+ ``others``' surnames) in ``year``."""
+    if not et_al and len(others) <= 1:
+        exact = keys.get((name.lower(), year, others[0].lower() if others else "solo"))
+        if exact:
+            return exact
+    return keys.get((name.lower(), year))
+
+
+def _link_initials_item(item: str, keys: dict) -> str:
+    m = _INITIALS_ITEM.match(item)
+    if not m:
+        return item
+    others = re.findall(r"[A-Z][\w'-]+(?=,|$)", re.sub(_INITIALS, "", m.group("more")))
+    year = _YEAR.search(item, m.end())
+    if not year:
+        return item
+    title = _plain_title(item[item.index("*", m.start("more")) + 1:m.end() - 1])
+    key = (_entry_key(keys, m.group("name"), year.group(0), others, "et al." in m.group("more"))
+           or keys.get(("title", title)))  # the year the chapter gives may be the preprint's
+    if not key:
+        return item
+    return item[:year.start()] + f"{{cite:year}}`{key}`" + item[year.end():]
+
+
+def link_further_reading(source: str, keys: dict[tuple[str, ...], str], in_section: bool) -> tuple[str, bool]:
     """In a chapter's "Further reading" section, "Vaswani et al. (2017)" becomes
-    "Vaswani et al. ({cite:yearpar}`vaswani2017attention`)": the year links to the entry on the
-    References page, the text stays the chapter's. Only works in references.bib are linked.
-    Returns the new source and whether the section continues into the next cell."""
-    out = []
+    "Vaswani et al. ({cite:yearpar}`vaswani2017attention`)" and, in an entry written
+    "A. Vaswani et al., *Attention Is All You Need*, 2017", the year becomes {cite:year}`...`: the
+    year links to the entry on the References page, the text stays the chapter's. Only works in
+    references.bib are linked. Returns the new source and whether the section continues into the
+    next cell."""
+    items: list[list[str]] = []  # a bullet and its indented continuation lines stay together
     for line in source.split("\n"):
+        if items and in_section and line.startswith(" ") and line.strip() and items[-1][0] == "item":
+            items[-1].append(line)
+            continue
         if re.match(r"#{1,2} ", line):
             in_section = line.strip().lower().lstrip("#").strip() == "further reading"
+            items.append(["plain", line])
         elif in_section and not line.lstrip().startswith(("```", ":")):
-            def one(m: re.Match) -> str:
-                key = keys.get((m.group("name").lower(), m.group("y")))
-                if key is None:
-                    return m.group(0)
-                return m.group(0)[:m.start("year") - m.start(0)] + f"{{cite:yearpar}}`{key}`"
-            line = _AUTHOR_YEAR.sub(one, line)
-        out.append(line)
+            items.append(["item", line])
+        else:
+            items.append(["plain", line])
+
+    def one(m: re.Match) -> str:
+        others = re.findall(r"(?:,| and| &) (?:[A-Z]\. )*([A-Z][\w'-]+)", m.group(0)[:m.start("year") - m.start(0)])
+        key = _entry_key(keys, m.group("name"), m.group("y"), others, " et al." in m.group(0))
+        if key is None:
+            return m.group(0)
+        return m.group(0)[:m.start("year") - m.start(0)] + f"{{cite:yearpar}}`{key}`"
+
+    out = []
+    for kind, *lines in items:
+        text = "\n".join(lines)
+        if kind == "item":
+            text = _link_initials_item(_AUTHOR_YEAR.sub(one, text), keys)
+        out.append(text)
     return "\n".join(out), in_section
 
 
@@ -333,7 +400,8 @@ def inputs_digest() -> str:
     h = hashlib.sha1()
     generated = {CHAPTERS_DST, BOOK / "_build", BOOK / "_assets" / "node_modules", BOOK / "_assets" / "vendor"}
     files = sorted(CHAPTERS_SRC.glob("*.ipynb")) + sorted(CHAPTERS_SRC.glob("*.md")) \
-        + sorted(Path(__file__).parent.glob("*.py"))
+        + sorted(Path(__file__).parent.glob("*.py")) \
+        + sorted(p for p in (Path(__file__).parent / "explainer").glob("*.*") if p.is_file())
     for p in sorted(BOOK.rglob("*")):
         if p.is_file() and not any(g == p or g in p.parents for g in generated) and p.name != "_toc.yml" \
                 and "__pycache__" not in p.parts:
@@ -409,6 +477,7 @@ def build() -> None:
         shutil.rmtree(BOOK / "_build" / ".doctrees", ignore_errors=True)
         run_jupyter_book("html")
     externalize_images(HTML)
+    write_explainer(HTML)  # explainer.html: the chapter-16 GPT live in the page (bookkit/explainer/)
     (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")
     print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)

@@ -346,6 +346,27 @@ def test_further_reading_links_works_in_the_bibliography():
     assert second == "- Clark et al. {cite:yearpar}`clark2019what`\n\n## Next\n\nVoita et al. (2019)"
 
 
+def test_further_reading_links_entries_written_with_initials_and_tells_same_year_works_apart():
+    keys = book.bib_keys()
+    md = {"cell_type": "markdown", "metadata": {}, "source": (
+        "## Further reading\n\n"
+        "- J. L. Ba, J. R. Kiros, G. E. Hinton, *Layer Normalization* (2016), arXiv:1607.06450.\n"
+        "- B. Zhang, R. Sennrich, *Root Mean Square Layer Normalization* (NeurIPS 2019), arXiv:1910.07467.\n"
+        "- J. Su et al., *RoFormer: Enhanced Transformer with Rotary Position Embedding*, 2021.\n"
+        "- O. Press, N. A. Smith, M. Lewis, *Train Short, Test Long: Attention with Linear Biases Enables\n"
+        "  Input Length Extrapolation*, ICLR 2022.\n"
+        "- Kudo and Richardson (2018), *SentencePiece*, and Kudo (2018), *Subword Regularization*.\n"
+        "- Q. Nobody, *A Work Not in the Bibliography*, 2019.")}
+    text = book.book_notebook(_nb([md]), set(), set(), keys)["cells"][0]["source"]
+    assert "*Layer Normalization* ({cite:year}`ba2016layer`), arXiv:1607.06450." in text  # not the arXiv number
+    assert "(NeurIPS {cite:year}`zhang2019root`), arXiv:1910.07467." in text
+    assert "Embedding*, {cite:year}`su2021roformer`." in text  # by title: the entry's year is the journal's
+    assert "Extrapolation*, ICLR {cite:year}`press2022train`." in text  # the year on a continuation line
+    assert "Kudo and Richardson {cite:yearpar}`kudo2018sentencepiece`" in text
+    assert "Kudo {cite:yearpar}`kudo2018subword`" in text
+    assert "*A Work Not in the Bibliography*, 2019." in text
+
+
 def test_check_cell_output_is_labelled_as_the_reference_solutions():
     check = {"cell_type": "code", "metadata": {}, "source": 'check("ch01.softmax_rows", answer)',
              "outputs": [{"output_type": "stream", "name": "stdout", "text": "PASS [ch01.softmax_rows]: ok\n"}]}
