@@ -1,0 +1,225 @@
+"""Fine-tuning MiniLM as a spam classifier, five ways side by side (issue 28, chapter 20).
+
+    nice .venv/bin/python benchmarks/finetune.py                 # the full run (idle machine, an hour or more)
+    nice .venv/bin/python benchmarks/finetune.py --train 256 --test 600 --max-tokens 32   # the run on file
+
+Data: the SpamAssassin split that ships with the library (transformer_lib/data/spam_assassin, PDDL /
+CC0): the first ``--train`` texts of the train split, the first ``--test`` of the test split, the
+first ``--val`` of the validation split (for the learning-rate grid only), each cut to
+``--max-tokens`` WordPiece tokens. Methods, all on all-MiniLM-L6-v2 (chapter 14):
+
+* logistic regression - scikit-learn on the frozen, normalized sentence embeddings (seed-free);
+* head                - ``SentenceClassifier``'s linear head on the frozen encoder (cached features);
+* top 2 layers        - the head plus the top two blocks (the lower four run once, cached);
+* full                - every parameter, embeddings included;
+* LoRA                - ``transformer_lib.lora.add_lora`` rank 8, alpha 16 on every block's query and
+                        value projections, plus the head.
+
+Per method and seed: test accuracy, trainable parameters, median seconds per training step
+(batch 32), peak extra memory of the training run (``profiling.peak_memory``: RSS on a CPU), and
+forgetting: ``finetune.similarity_agreement`` between the pretrained and the tuned encoder's
+cosine similarities of ``--sim`` validation sentences (1.0 = the similarity ranking is kept).
+Seeds change the head's initialisation, dropout and the batch order, not the data. Then the
+learning-rate x epochs grid (top 2 layers, seed 0, validation accuracy after each epoch).
+
+It prints tables, asserts nothing, and writes benchmarks/results/finetune.json after each method
+(a run that is stopped still leaves what it measured).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from _results import describe, machine, write_results  # noqa: E402
+
+from transformer_lib import finetune as ft  # noqa: E402
+from transformer_lib.data.classification import load_spam  # noqa: E402
+from transformer_lib.pretrained import load_minilm  # noqa: E402
+from transformer_lib.profiling import peak_memory  # noqa: E402
+
+METHODS = {  # name: (top_layers, embeddings, lr, epochs multiplier)
+    "head": (0, False, 3e-3, 10),
+    "top 2 layers": (2, False, 1e-4, 1),
+    "full": (6, True, 5e-5, 1),
+    "LoRA": (None, False, 1e-3, 1),
+}
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def make_model(lm, method: str, seed: int):
+    torch.manual_seed(seed)
+    model = ft.SentenceClassifier(copy.deepcopy(lm.model))
+    top, emb, _, _ = METHODS[method]
+    if top is None:
+        from transformer_lib.lora import add_lora
+
+        add_lora(model.encoder, rank=8, alpha=16, targets=["q_proj", "v_proj"])
+        model.head.requires_grad_(True)
+    else:
+        ft.set_trainable(model, top, emb)
+    start = None if top is None or top == 6 else 6 - top  # frozen lower blocks run once
+    return model, start
+
+
+def merge(names: list[str], target: str) -> None:
+    """One results file from several partial runs; each part's machine and settings are kept."""
+    import json
+
+    from _results import RESULTS
+
+    out = {"methods": {}, "grid": None, "parts": []}
+    for name in names:
+        part = json.loads((RESULTS / f"{name}.json").read_text())
+        out["methods"].update(part["methods"])
+        out["grid"] = part.get("grid") or out["grid"]
+        out["parts"].append({"name": name, "machine": part["machine"], "settings": part["settings"],
+                             "methods": list(part["methods"]), "grid": part.get("grid") is not None})
+        out.setdefault("settings", part["settings"])
+        out.setdefault("data", part["data"])
+    write_results(target, out)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--train", type=int, default=3510)
+    p.add_argument("--test", type=int, default=1170)
+    p.add_argument("--val", type=int, default=300)
+    p.add_argument("--sim", type=int, default=100)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--grid-lrs", type=float, nargs="*", default=[3e-5, 3e-4, 3e-3])
+    p.add_argument("--methods", nargs="*", default=["logistic regression", *METHODS])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default="finetune", help="results name: benchmarks/results/<out>.json")
+    p.add_argument("--merge", nargs="*", default=None, metavar="NAME",
+                   help="combine the methods and grids of results/<NAME>.json files into results/<out>.json "
+                        "(runs split across processes on a busy machine); nothing is trained")
+    a = p.parse_args(argv)
+    if a.merge:
+        merge(a.merge, a.out)
+        return
+    torch.set_num_threads(a.threads)
+    t_start = time.time()
+    lm = load_minilm("cpu")
+    tr, va, te = load_spam("train"), load_spam("validation"), load_spam("test")
+    tr_x, tr_m = ft.tokenize(lm, tr.texts[:a.train], a.max_tokens)
+    va_x, va_m = ft.tokenize(lm, va.texts[:a.val], a.max_tokens)
+    te_x, te_m = ft.tokenize(lm, te.texts[:a.test], a.max_tokens)
+    tr_y, va_y, te_y = tr.labels[:a.train], va.labels[:a.val], te.labels[:a.test]
+    sim_x, sim_m = va_x[:a.sim], va_m[:a.sim]
+    base_emb = ft.sentence_embeddings(lm.model, sim_x, sim_m)
+    print(f"# {describe(machine())}")
+    print(f"# train {len(tr_y)} ({int(tr_y.sum())} spam), test {len(te_y)}, val {len(va_y)}, "
+          f"max {a.max_tokens} tokens, seeds {a.seeds}, epochs {a.epochs}")
+
+    # the frozen encoder, once: the input of block 4 (for "top 2 layers") and the last layer
+    probe = ft.SentenceClassifier(lm.model)
+    cache = {}
+    cached = [m for m in a.methods if m in ("logistic regression", "head", "top 2 layers")]
+    needed = (["train", "test"] if cached else []) + (["train", "val"] if a.grid_lrs else [])
+    for name, (x, m) in {"train": (tr_x, tr_m), "test": (te_x, te_m), "val": (va_x, va_m)}.items():
+        if name not in needed:
+            continue
+        h4 = ft.frozen_states(probe, x, m, 4)
+        key = m.bool()[:, None, None, :]  # (N, 1, 1, L): True = a real key
+        with torch.no_grad():
+            h6 = h4
+            for block in lm.model.blocks[4:]:
+                h6 = block(h6, key)  # (N, L, D)
+        cache[name] = {4: h4, 6: h6}
+    print(f"# frozen features computed in {time.time() - t_start:.0f} s")
+
+    out = {"settings": vars(a), "data": {"train": len(tr_y), "test": len(te_y), "val": len(va_y),
+                                         "train_spam": int(tr_y.sum()), "test_spam": int(te_y.sum())},
+           "methods": {}, "grid": None}
+    data = {"train": (tr_x, tr_m, tr_y), "test": (te_x, te_m, te_y), "val": (va_x, va_m, va_y)}
+
+    def inputs(split, start):
+        x, m, _ = data[split]
+        return (x if start is None else cache[split][start]), m
+
+    if "logistic regression" in a.methods:
+        from sklearn.linear_model import LogisticRegression
+
+        def emb(split):
+            return torch.nn.functional.normalize(ft.mean_pool(cache[split][6], data[split][1]), dim=-1).numpy()
+
+        t0 = time.time()
+        clf = LogisticRegression(C=10.0, max_iter=2000).fit(emb("train"), tr_y.numpy())
+        fit_s = time.time() - t0
+        acc = float((clf.predict(emb("test")) == te_y.numpy()).mean())
+        out["methods"]["logistic regression"] = {
+            "accuracy": summary([acc]), "trainable": 384 + 1, "step_s": None, "fit_s": fit_s,
+            "peak_mb": None, "agreement": summary([1.0]), "lr": None, "epochs": None}
+        print(f"logistic regression: test accuracy {acc:.3f} (fit {fit_s:.1f} s)")
+        write_results(a.out, out)
+
+    for method in [m for m in a.methods if m in METHODS]:
+        _, _, lr, mult = METHODS[method]
+        epochs = a.epochs * mult
+        accs, steps, agree, peak, trainable = [], [], [], None, None
+        for seed in range(a.seeds):
+            model, start = make_model(lm, method, seed)
+            trainable = ft.count_trainable(model)
+            x, m = inputs("train", start)
+            run = {}
+
+            def train():
+                run["history"] = ft.train_classifier(model, x, m, tr_y, lr=lr, epochs=epochs, seed=seed,
+                                                     start_layer=start)
+
+            mem = peak_memory(train)
+            if seed == 0:
+                peak = None if mem is None else mem / 2**20
+            steps.append(statistics.median(h["step_s"] for h in run["history"]))
+            accs.append(ft.accuracy(ft.predict(model, *inputs("test", start), start_layer=start), te_y))
+            if method == "head":
+                agree.append(1.0)  # the encoder is untouched
+            else:  # the tuned encoder (its frozen lower blocks are the original ones)
+                agree.append(ft.similarity_agreement(base_emb, ft.sentence_embeddings(model.encoder, sim_x, sim_m)))
+            out["methods"][method] = {"accuracy": summary(accs), "trainable": trainable, "step_s": summary(steps),
+                                      "peak_mb": peak, "agreement": summary(agree), "lr": lr, "epochs": epochs}
+            write_results(a.out, out)  # after every seed: a stopped run keeps what it measured
+            print(f"{method:>13} seed {seed}: accuracy {accs[-1]:.3f}, step {steps[-1]:.3f} s, "
+                  f"agreement {agree[-1]:.3f}, loss {run['history'][-1]['loss']:.3f}  ({time.time() - t_start:.0f} s)")
+
+    if a.grid_lrs:
+        grid = {"method": "top 2 layers", "lrs": a.grid_lrs, "epochs": list(range(1, a.epochs + 2)), "val_accuracy": []}
+        for lr in a.grid_lrs:
+            model, start = make_model(lm, "top 2 layers", 0)
+            hist = ft.train_classifier(model, cache["train"][start], tr_m, tr_y, lr=lr, epochs=a.epochs + 1,
+                                       seed=0, start_layer=start,
+                                       evaluate=lambda mdl: ft.accuracy(ft.predict(mdl, cache["val"][start], va_m,
+                                                                                   start_layer=start), va_y))
+            grid["val_accuracy"].append([h["eval"] for h in hist])
+            print(f"grid lr {lr:g}: " + " ".join(f"{h['eval']:.3f}" for h in hist))
+            out["grid"] = grid
+            write_results(a.out, out)
+
+    out["total_s"] = time.time() - t_start
+    print(f"\n{'method':>20} {'accuracy (min-max)':>22} {'trainable':>11} {'s/step':>8} {'peak MB':>8} {'agreement':>9}")
+    for name, r in out["methods"].items():
+        acc = r["accuracy"]
+        step = "-" if r["step_s"] is None else f"{r['step_s']['median']:.3f}"
+        peak = "-" if r["peak_mb"] is None else f"{r['peak_mb']:.0f}"
+        print(f"{name:>20} {acc['median']:.3f} ({acc['min']:.3f}-{acc['max']:.3f}) {r['trainable']:>11,} "
+              f"{step:>8} {peak:>8} {r['agreement']['median']:>9.3f}")
+    write_results(a.out, out)
+
+
+if __name__ == "__main__":
+    main()
