@@ -1,0 +1,375 @@
+"""Circuits: which parts of a trained model compute an answer, found by reading and by intervening
+(chapter 24, "A real model's circuits").
+
+Every tool here works on a pre-norm decoder of the library (the reader's GPT, SmolLM2's
+:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) through the module paths of
+:mod:`transformer_lib.probes`: ``blocks.{i}`` (the residual stream after block i),
+``blocks.{i}.hook_attn_out`` / ``hook_ffn_out`` (what attention and the FFN add to it) and
+``blocks.{i}.hook_z`` (each head's output before W^O). Nothing here hooks a model by itself.
+
+* :func:`logit_lens` (nostalgebraist 2020): read the residual stream after every block with the
+  model's own final norm and unembedding, as if the model stopped there.
+* :func:`logit_difference` and :func:`normalized_score`: the metric of every experiment,
+  ``logit(right) - logit(wrong)`` at the last position, rescaled so the clean run scores 1 and
+  the corrupted run 0.
+* :func:`patch_residual_sweep` and :func:`patch_head_sweep` (activation patching, Meng et al.
+  2022's causal tracing; Heimersheim & Nanda's guide): run the corrupted prompt, put back one
+  clean activation, and measure how much of the clean answer returns.
+* :func:`direct_logit_attribution`: split the final residual stream into the pieces that wrote
+  it (embedding, every head, every FFN) and project each on the logit-difference direction.
+* :func:`ablated_logits` and :func:`random_heads`: remove a set of heads (mean or zero
+  ablation) and compare with as many heads drawn at random.
+
+Why batches everywhere: one patched run per (layer, position) or per head would cost thousands
+of forward passes; stacking the patched copies into one batch per layer does the same work in
+``num_layers`` calls, which is what keeps the chapter inside its CPU budget.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from . import probes
+from ._checks.circuits import (check_ablation, check_answers, check_decoder, check_heads, check_index_list,
+                               check_prompt_pair)
+from ._checks.scalars import check_int
+from ._checks.tokens import check_token_ids
+from .norms import RMSNorm
+
+__all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "unembed", "logit_lens", "logit_difference", "normalized_score", "patch_residual_sweep",
+           "patch_head_sweep", "direct_logit_attribution", "ablated_logits", "random_heads"]
+
+
+# -- the indirect-object task (Wang et al. 2022), the chapter's prompt pairs --------------------
+
+IOI_TEMPLATE = "When {io} and {s} went to the {place}, {s2} gave a {thing} to"
+# (indirect object, subject, place, thing): every name, place and thing is one SmolLM2 token,
+# so all prompts have the same 14 tokens and line up position by position.
+IOI_PROMPTS = [("Mary", "John", "store", "drink"), ("Tom", "James", "park", "ball"),
+               ("Sarah", "Anna", "school", "book"), ("David", "Emma", "shop", "gift"),
+               ("Kate", "Mark", "office", "pen"), ("John", "Mary", "market", "cake"),
+               ("James", "Tom", "bank", "cup"), ("Anna", "Sarah", "library", "letter"),
+               ("Emma", "David", "station", "ticket"), ("Paul", "Lucy", "beach", "towel"),
+               ("Mark", "Kate", "farm", "hat"), ("Lucy", "Paul", "zoo", "map")]
+
+
+def ioi_batch(tokenizer, prompts=IOI_PROMPTS):
+    """Clean and corrupted token ids (B, L) and the answers (B,) of indirect-object prompts.
+
+    Clean: "When Mary and John went to the store, John gave a drink to" (answer " Mary", the
+    indirect object). Corrupted: the second "John" becomes "Mary", so the model should now say
+    " John"; nothing else changes, so every difference between the runs starts at that one token.
+    The metric is ``logit(" Mary") - logit(" John")``: positive on clean, negative on corrupted.
+    Returns ``(clean, corrupted, io_ids, s_ids)``."""
+    clean, corrupted, io_ids, s_ids = [], [], [], []
+    for io, s, place, thing in prompts:
+        clean.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=s, place=place, thing=thing)).ids)
+        corrupted.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=io, place=place, thing=thing)).ids)
+        for name, out in ((io, io_ids), (s, s_ids)):
+            ids = tokenizer.encode(" " + name).ids
+            if len(ids) != 1:
+                raise ValueError(f"prompts: the name {name!r} must be one token, got {len(ids)}")
+            out.append(ids[0])
+    if len({len(t) for t in clean + corrupted}) != 1:
+        raise ValueError("prompts must all have the same number of tokens (one-token names, places, things)")
+    return torch.tensor(clean), torch.tensor(corrupted), torch.tensor(io_ids), torch.tensor(s_ids)
+
+
+def _vocab(model: nn.Module) -> int:
+    return model.embed.num_embeddings
+
+
+def _unembedding(model: nn.Module) -> torch.Tensor:
+    """(V, D): the output matrix (SmolLM2 ties it to the embedding; the GPT has ``.head``)."""
+    head = getattr(model, "head", None)
+    return head.weight if isinstance(head, nn.Linear) else model.embed.weight
+
+
+def _num_heads(model: nn.Module) -> int:
+    block = model.blocks[0]
+    attn = getattr(block, "attn", None) or getattr(block, "self_attn")
+    return attn.num_heads
+
+
+def _answers(model, tokens, correct, wrong):
+    B = tokens.shape[0]
+    return check_answers("correct", correct, B, _vocab(model)), check_answers("wrong", wrong, B, _vocab(model))
+
+
+@torch.no_grad()
+def unembed(model: nn.Module, resid: torch.Tensor) -> torch.Tensor:
+    """(..., D) residual stream -> (..., V) logits: the model's final norm, then its unembedding.
+
+    Applied to the last block's output this is exactly the model's own output."""
+    check_decoder(model)
+    return model.norm(resid) @ _unembedding(model).T  # (..., D) @ (D, V) -> (..., V)
+
+
+@torch.no_grad()
+def logit_lens(model: nn.Module, tokens: torch.Tensor, position: int = -1) -> torch.Tensor:
+    """(num_layers, B, V): the logits each block's residual stream would give at ``position``.
+
+    Row i reads ``blocks.{i}`` through :func:`unembed`; the last row equals the model's logits.
+    The lens is a reading, not an intervention: it assumes every layer writes in the basis the
+    final unembedding reads, which holds better the later the layer (chapter 24, "The logit lens")."""
+    check_decoder(model)
+    check_token_ids(tokens, _vocab(model))
+    check_int("position", position, -tokens.shape[1], tokens.shape[1] - 1)
+    names = [f"blocks.{i}" for i in range(len(model.blocks))]
+    with probes.record_activations(model, names) as seen:
+        model(tokens)
+    stack = torch.stack([seen[n][:, position] for n in names])  # (num_layers, B, D)
+    return unembed(model, stack)  # (num_layers, B, V)
+
+
+def logit_difference(logits: torch.Tensor, correct, wrong) -> torch.Tensor:
+    """(B,) ``logit[correct] - logit[wrong]`` at the last position of logits (B, L, V) or (B, V).
+
+    A difference of logits is the log of the odds between the two answers, and it ignores
+    everything the model does to the other 49,150 tokens: the measure the IOI paper uses."""
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dim() not in (2, 3) or not logits.dtype.is_floating_point:
+        raise ValueError(f"logits must be float (B, L, V) or (B, V), got {logits.dtype} {tuple(logits.shape)}")
+    last = logits[:, -1] if logits.dim() == 3 else logits  # (B, V)
+    B, V = last.shape
+    c, w = check_answers("correct", correct, B, V), check_answers("wrong", wrong, B, V)
+    rows = torch.arange(B)
+    return last[rows, c.to(last.device)] - last[rows, w.to(last.device)]  # (B,)
+
+
+def normalized_score(value, clean, corrupted):
+    """``(value - corrupted) / (clean - corrupted)``: 1 where the clean answer is fully back, 0
+    where the intervention did nothing to the corrupted run. Works on numbers and tensors."""
+    for name, v in (("value", value), ("clean", clean), ("corrupted", corrupted)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
+            raise TypeError(f"{name} must be a number or a tensor, got {type(v).__name__}")
+    gap = clean - corrupted
+    if bool(torch.as_tensor(gap).abs().min() < 1e-6):
+        raise ValueError("clean and corrupted must differ: with the same metric there is nothing to restore")
+    return (value - corrupted) / gap
+
+
+@torch.no_grad()
+def _mean_difference(model, tokens, c, w) -> float:
+    return float(logit_difference(model(tokens), c, w).mean())
+
+
+def _first_difference(clean: torch.Tensor, corrupted: torch.Tensor) -> int:
+    """The first position where any clean prompt differs from its corruption."""
+    differs = (clean != corrupted).any(0).nonzero()
+    if not len(differs):
+        raise ValueError("clean and corrupted must differ: with the same prompts there is nothing to restore")
+    return int(differs[0])
+
+
+@torch.no_grad()
+def _run_after_prefix(model, corrupted, f: int, copies: int):
+    """A function ``patches -> (copies * B, L - f, V) logits``: the corrupted prompts, ``copies``
+    times over, run on top of one KV cache of their first ``f`` tokens (chapter 17).
+
+    Those tokens are the same in the clean and the corrupted prompts, so every patched run shares
+    them: they are computed once, and each patched run only processes the positions from ``f`` on
+    (4 of the 14 IOI tokens). After each run the cache forgets the new positions again."""
+    B, L = corrupted.shape
+    suffix = corrupted[:, f:].repeat(copies, 1)  # (copies * B, L - f)
+    cache = None
+    if f > 0:
+        cache = model.new_cache(L)
+        model(corrupted[:, :f], cache)  # (B, f) once
+        cache.reorder(torch.arange(B, device=corrupted.device).repeat(copies))  # row k * B + b <- row b
+
+    def run(patches: dict) -> torch.Tensor:
+        with probes.patch_activations(model, patches):
+            logits = model(suffix, cache)
+        if cache is not None:
+            cache.truncate(f)
+        return logits
+    return run
+
+
+@torch.no_grad()
+def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, correct, wrong,
+                         layers=None, positions=None) -> dict:
+    """Patch the clean residual stream into the corrupted run at one (layer, position) at a time.
+
+    For every layer i in ``layers`` and position p in ``positions``, the corrupted prompts run with
+    ``blocks.{i}`` at position p replaced by the clean run's value, and the mean logit difference
+    (over the B prompt pairs) is rescaled with :func:`normalized_score`. The patched copies of all
+    positions run as one batch (B * P rows) per layer. Returns ``{"scores": (len(layers), P),
+    "clean": float, "corrupted": float, "layers": [...], "positions": [...], "first_difference": f}``.
+
+    A position before the first token where the prompts differ (f) scores exactly 0 and is not
+    run: in a causal model its clean and corrupted states are the same numbers, so the patch
+    would put back what is already there."""
+    check_decoder(model)
+    check_prompt_pair(clean, corrupted, _vocab(model))
+    c, w = _answers(model, clean, correct, wrong)
+    B, L = clean.shape
+    layers = check_index_list("layers", layers, len(model.blocks))
+    positions = check_index_list("positions", positions, L)
+    f = _first_difference(clean, corrupted)
+    names = [f"blocks.{i}" for i in layers]
+    with probes.record_activations(model, names) as seen:
+        clean_value = _mean_difference(model, clean, c, w)
+    corrupted_value = _mean_difference(model, corrupted, c, w)
+    scores = torch.zeros(len(layers), len(positions))
+    late = [k for k, p in enumerate(positions) if p >= f]  # the columns that can change
+    if not late:
+        return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers,
+                "positions": positions, "first_difference": f}
+    P = len(late)
+    run = _run_after_prefix(model, corrupted, f, P)
+    rows = torch.arange(P * B)  # row k * B + b: prompt b patched at positions[late[k]]
+    at = (torch.tensor([positions[k] for k in late]) - f).repeat_interleave(B)  # (P * B,) within the suffix
+    for j, name in enumerate(names):
+        source = seen[name][:, f:].repeat(P, 1, 1)  # (B, L - f, D) -> (P * B, L - f, D)
+
+        def put_back(out, source=source):
+            out = out.clone()
+            out[rows, at] = source[rows, at]  # one clean position per row
+            return out
+
+        diff = logit_difference(run({name: put_back}), c.repeat(P), w.repeat(P))  # (P * B,)
+        scores[j, late] = normalized_score(diff.view(P, B).mean(1), clean_value, corrupted_value)
+    return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers,
+            "positions": positions, "first_difference": f}
+
+
+@torch.no_grad()
+def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, correct, wrong,
+                     layers=None) -> dict:
+    """Patch one head's clean output (``blocks.{i}.hook_z``, every position) into the corrupted run.
+
+    Same metric as :func:`patch_residual_sweep`; the H patched copies of a layer run as one batch,
+    on one cache of the shared prefix. Returns ``{"scores": (len(layers), H), "clean",
+    "corrupted", "layers"}``. A head that scores near 1 carries the difference by itself; heads
+    that each score a little may carry it together."""
+    check_decoder(model)
+    check_prompt_pair(clean, corrupted, _vocab(model))
+    c, w = _answers(model, clean, correct, wrong)
+    B, H = clean.shape[0], _num_heads(model)
+    layers = check_index_list("layers", layers, len(model.blocks))
+    f = _first_difference(clean, corrupted)
+    names = [f"blocks.{i}.hook_z" for i in layers]
+    with probes.record_activations(model, names) as seen:
+        clean_value = _mean_difference(model, clean, c, w)
+    corrupted_value = _mean_difference(model, corrupted, c, w)
+    run = _run_after_prefix(model, corrupted, f, H)
+    head_of_row = torch.arange(H).repeat_interleave(B)  # row h * B + b patches head h
+    rows = torch.arange(H * B)
+    scores = torch.zeros(len(layers), H)
+    for j, name in enumerate(names):
+        source = seen[name][:, f:].repeat(H, 1, 1, 1)  # (B, L - f, H, d) -> (H * B, L - f, H, d)
+
+        def put_back(z, source=source):
+            z = z.clone()
+            z[rows, :, head_of_row] = source[rows, :, head_of_row]  # (H * B, L - f, d): one head per row
+            return z
+
+        diff = logit_difference(run({name: put_back}), c.repeat(H), w.repeat(H))  # (H * B,)
+        scores[j] = normalized_score(diff.view(H, B).mean(1), clean_value, corrupted_value)
+    return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers}
+
+
+@torch.no_grad()
+def direct_logit_attribution(model: nn.Module, tokens: torch.Tensor, correct, wrong) -> dict:
+    """Each component's direct share of the logit difference at the last position.
+
+    The final residual stream is a sum: ``x = x_0 + sum_i (attn_i + ffn_i)`` and each ``attn_i``
+    is a sum over heads (``probes.head_contributions``). The logits read ``norm(x) @ W_U^T``. The
+    norm is not linear, so we freeze its scale: ``norm(x) ~ g * x / s`` with s the final norm's
+    root mean square (LayerNorm: standard deviation, after centring) *taken from this run*. With
+    s frozen every piece projects on the direction ``d = g * (W_U[correct] - W_U[wrong]) / s``,
+    and the pieces add up to the run's logit difference (LayerNorm's bias adds a constant,
+    returned as ``"bias"``). It measures what a piece writes straight to the answer, not what it
+    does through later layers: a head that only moves information scores ~0 here.
+
+    Returns ``{"embed": (B,), "attn": (layers, B), "ffn": (layers, B), "heads": (layers, H, B),
+    "bias": (B,), "logit_difference": (B,)}``."""
+    check_decoder(model)
+    check_token_ids(tokens, _vocab(model))
+    c, w = _answers(model, tokens, correct, wrong)
+    n = len(model.blocks)
+    names = [f"blocks.{i}.{part}" for i in range(n) for part in ("hook_attn_out", "hook_ffn_out", "hook_z")]
+    names.append(f"blocks.{n - 1}")
+    with probes.record_activations(model, names) as seen:
+        logits = model(tokens)
+    x = seen[f"blocks.{n - 1}"][:, -1]  # (B, D) the final residual stream
+    norm = model.norm
+    W_U = _unembedding(model)
+    d = W_U[c.to(W_U.device)] - W_U[w.to(W_U.device)]  # (B, D): the logit-difference direction
+    g = norm.weight if norm.weight is not None else torch.ones_like(x[0])
+    if not isinstance(norm, RMSNorm):  # LayerNorm (the library's or torch's)
+        scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps)  # (B, 1)
+
+        def project(part):  # part (..., B, D): centring is linear, the scale is frozen
+            return ((part - part.mean(-1, keepdim=True)) * g / scale * d).sum(-1)
+        bias = (norm.bias * d).sum(-1) if getattr(norm, "bias", None) is not None else torch.zeros(len(c))
+    else:  # RMSNorm
+        scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)  # (B, 1)
+
+        def project(part):
+            return (part * g / scale * d).sum(-1)  # (..., B, D) -> (..., B)
+        bias = torch.zeros(len(c))
+    attn = torch.stack([seen[f"blocks.{i}.hook_attn_out"][:, -1] for i in range(n)])  # (n, B, D)
+    ffn = torch.stack([seen[f"blocks.{i}.hook_ffn_out"][:, -1] for i in range(n)])  # (n, B, D)
+    heads = torch.stack([probes.head_contributions(model, i, seen[f"blocks.{i}.hook_z"])[:, -1]
+                         for i in range(n)])  # (n, B, H, D)
+    x0 = x - attn.sum(0) - ffn.sum(0)  # (B, D): what entered block 0 (token and position embeddings)
+    return {"embed": project(x0), "attn": project(attn), "ffn": project(ffn),
+            "heads": project(heads.transpose(1, 2)),  # (n, H, B, D) -> (n, H, B)
+            "bias": bias, "logit_difference": logit_difference(logits, c, w)}
+
+
+@torch.no_grad()
+def ablated_logits(model: nn.Module, tokens: torch.Tensor, heads, how: str = "mean",
+                   reference: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L, V) logits with the given ``(layer, head)`` pairs removed at ``blocks.{i}.hook_z``.
+
+    ``how="mean"`` replaces each head's output, position by position, with its mean over the
+    ``reference`` prompts (default: ``tokens`` themselves, which must then share one template):
+    the head still adds its typical output, but nothing that depends on this prompt. ``"zero"``
+    sets it to 0, which also removes the typical part and can hurt more than the head's
+    information ever helped (Wang et al. 2022 use mean ablation for that reason)."""
+    check_decoder(model)
+    check_token_ids(tokens, _vocab(model))
+    check_ablation(how)
+    heads = check_heads(heads, len(model.blocks), _num_heads(model))
+    layers = sorted({i for i, _ in heads})
+    names = [f"blocks.{i}.hook_z" for i in layers]
+    means = {}
+    if how == "mean":
+        reference = tokens if reference is None else reference
+        check_token_ids(reference, _vocab(model), "reference")
+        if reference.shape[1] != tokens.shape[1]:
+            raise ValueError(f"reference must have as many positions as tokens ({tokens.shape[1]}), "
+                             f"got {reference.shape[1]}")
+        with probes.record_activations(model, names) as seen:
+            model(reference)
+        means = {n: seen[n].mean(0, keepdim=True) for n in names}  # (1, L, H, d)
+
+    def remover(i: int):
+        hs = [h for layer, h in heads if layer == i]
+
+        def f(z):  # (B, L, H, d)
+            z = z.clone()
+            z[:, :, hs] = means[f"blocks.{i}.hook_z"][:, :, hs] if how == "mean" else 0.0
+            return z
+        return f
+
+    with probes.patch_activations(model, {f"blocks.{i}.hook_z": remover(i) for i in layers}):
+        return model(tokens)
+
+
+def random_heads(model: nn.Module, count: int, seed: int, exclude=()) -> list[tuple[int, int]]:
+    """``count`` distinct ``(layer, head)`` pairs drawn uniformly (seeded), none of ``exclude``:
+    the control for an ablation (does removing *these* heads matter more than removing any?)."""
+    check_decoder(model)
+    n, H = len(model.blocks), _num_heads(model)
+    exclude = set(check_heads(exclude, n, H)) if len(list(exclude)) else set()
+    pool = [(i, h) for i in range(n) for h in range(H) if (i, h) not in exclude]
+    check_int("count", count, 1, len(pool))
+    check_int("seed", seed, 0)
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))[:count]
+    return sorted(pool[int(k)] for k in order)
