@@ -132,6 +132,9 @@ def test_residual_sweep_agrees_with_patching_by_hand_and_is_zero_before_the_corr
     want = (ld(logits) - ld(model(corrupted))) / (ld(model(clean)) - ld(model(corrupted)))
     assert abs(float(s[1, 4]) - want) < 1e-4
     assert abs(out["clean"] - ld(model(clean))) < 1e-5 and abs(out["corrupted"] - ld(model(corrupted))) < 1e-5
+    # each pair on its own: its row of per_pair equals a sweep of that pair alone
+    alone = C.patch_residual_sweep(model, clean[1:], corrupted[1:], right[1:], wrong[1:])
+    assert torch.allclose(out["per_pair"][1], alone["scores"], atol=1e-4)
     part = C.patch_residual_sweep(model, clean, corrupted, right, wrong, layers=[1], positions=[-3])
     assert torch.allclose(part["scores"][0, 0], s[1, 4], atol=1e-5)
 
@@ -166,6 +169,8 @@ def test_head_sweep_agrees_with_patching_one_head_by_hand(model):
     assert abs(float(out["scores"][2, 1]) - want) < 1e-4
     assert torch.allclose(C.patch_head_sweep(model, clean, corrupted, right, wrong, layers=[2])["scores"][0],
                           out["scores"][2], atol=1e-5)
+    alone = C.patch_head_sweep(model, clean[:1], corrupted[:1], right[:1], wrong[:1])
+    assert torch.allclose(out["per_pair"][0], alone["scores"], atol=1e-4)
 
 
 # -- direct logit attribution -----------------------------------------------------------------

@@ -150,11 +150,6 @@ def normalized_score(value, clean, corrupted):
     return (value - corrupted) / gap
 
 
-@torch.no_grad()
-def _mean_difference(model, tokens, c, w) -> float:
-    return float(logit_difference(model(tokens), c, w).mean())
-
-
 def _first_difference(clean: torch.Tensor, corrupted: torch.Tensor) -> int:
     """The first position where any clean prompt differs from its corruption."""
     differs = (clean != corrupted).any(0).nonzero()
@@ -197,6 +192,7 @@ def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch
     ``blocks.{i}`` at position p replaced by the clean run's value, and the mean logit difference
     (over the B prompt pairs) is rescaled with :func:`normalized_score`. The patched copies of all
     positions run as one batch (B * P rows) per layer. Returns ``{"scores": (len(layers), P),
+    "per_pair": (B, len(layers), P) (each pair normalised by its own clean and corrupted values),
     "clean": float, "corrupted": float, "layers": [...], "positions": [...], "first_difference": f}``.
 
     A position before the first token where the prompts differ (f) scores exactly 0 and is not
@@ -211,13 +207,16 @@ def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch
     f = _first_difference(clean, corrupted)
     names = [f"blocks.{i}" for i in layers]
     with probes.record_activations(model, names) as seen:
-        clean_value = _mean_difference(model, clean, c, w)
-    corrupted_value = _mean_difference(model, corrupted, c, w)
+        clean_each = logit_difference(model(clean), c, w)  # (B,)
+    corrupted_each = logit_difference(model(corrupted), c, w)  # (B,)
+    clean_value, corrupted_value = float(clean_each.mean()), float(corrupted_each.mean())
     scores = torch.zeros(len(layers), len(positions))
+    per_pair = torch.zeros(B, len(layers), len(positions))
+    result = {"scores": scores, "per_pair": per_pair, "clean": clean_value, "corrupted": corrupted_value,
+              "layers": layers, "positions": positions, "first_difference": f}
     late = [k for k, p in enumerate(positions) if p >= f]  # the columns that can change
     if not late:
-        return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers,
-                "positions": positions, "first_difference": f}
+        return result
     P = len(late)
     run = _run_after_prefix(model, corrupted, f, P)
     rows = torch.arange(P * B)  # row k * B + b: prompt b patched at positions[late[k]]
@@ -232,8 +231,8 @@ def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch
 
         diff = logit_difference(run({name: put_back}), c.repeat(P), w.repeat(P))  # (P * B,)
         scores[j, late] = normalized_score(diff.view(P, B).mean(1), clean_value, corrupted_value)
-    return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers,
-            "positions": positions, "first_difference": f}
+        per_pair[:, j, late] = normalized_score(diff.view(P, B), clean_each, corrupted_each).T  # (B, P)
+    return result
 
 
 @torch.no_grad()
@@ -242,8 +241,8 @@ def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Ten
     """Patch one head's clean output (``blocks.{i}.hook_z``, every position) into the corrupted run.
 
     Same metric as :func:`patch_residual_sweep`; the H patched copies of a layer run as one batch,
-    on one cache of the shared prefix. Returns ``{"scores": (len(layers), H), "clean",
-    "corrupted", "layers"}``. A head that scores near 1 carries the difference by itself; heads
+    on one cache of the shared prefix. Returns ``{"scores": (len(layers), H), "per_pair": (B,
+    len(layers), H), "clean", "corrupted", "layers"}``. A head that scores near 1 carries the difference by itself; heads
     that each score a little may carry it together."""
     check_decoder(model)
     check_prompt_pair(clean, corrupted, _vocab(model))
@@ -253,12 +252,13 @@ def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Ten
     f = _first_difference(clean, corrupted)
     names = [f"blocks.{i}.hook_z" for i in layers]
     with probes.record_activations(model, names) as seen:
-        clean_value = _mean_difference(model, clean, c, w)
-    corrupted_value = _mean_difference(model, corrupted, c, w)
+        clean_each = logit_difference(model(clean), c, w)  # (B,)
+    corrupted_each = logit_difference(model(corrupted), c, w)  # (B,)
+    clean_value, corrupted_value = float(clean_each.mean()), float(corrupted_each.mean())
     run = _run_after_prefix(model, corrupted, f, H)
     head_of_row = torch.arange(H).repeat_interleave(B)  # row h * B + b patches head h
     rows = torch.arange(H * B)
-    scores = torch.zeros(len(layers), H)
+    scores, per_pair = torch.zeros(len(layers), H), torch.zeros(B, len(layers), H)
     for j, name in enumerate(names):
         source = seen[name][:, f:].repeat(H, 1, 1, 1)  # (B, L - f, H, d) -> (H * B, L - f, H, d)
 
@@ -269,7 +269,9 @@ def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Ten
 
         diff = logit_difference(run({name: put_back}), c.repeat(H), w.repeat(H))  # (H * B,)
         scores[j] = normalized_score(diff.view(H, B).mean(1), clean_value, corrupted_value)
-    return {"scores": scores, "clean": clean_value, "corrupted": corrupted_value, "layers": layers}
+        per_pair[:, j] = normalized_score(diff.view(H, B), clean_each, corrupted_each).T  # (B, H)
+    return {"scores": scores, "per_pair": per_pair, "clean": clean_value, "corrupted": corrupted_value,
+            "layers": layers}
 
 
 @torch.no_grad()
