@@ -151,6 +151,20 @@
     }));
   }
 
+  // the square under the pointer: which token attends to which, and with what weight
+  function describeCell(event) {
+    const result = state.last;
+    if (!result) return;
+    const rect = canvas.getBoundingClientRect(), L = result.ids.length;
+    const k = Math.floor((event.clientX - rect.left) / rect.width * L), q = Math.floor((event.clientY - rect.top) / rect.height * L);
+    if (q < 0 || k < 0 || q >= L || k >= L) return;
+    const H = state.config.num_heads, layer = Number(layerBox.value) || 0, head = Number(headBox.value) || 0;
+    const w = k <= q ? result.attention[((layer * H) + head) * L * L + q * L + k] : 0;
+    const piece = (i) => "\u201c" + show(state.tok.piece(result.ids[i])) + "\u201d";
+    $("explainer-cell").textContent = "token " + (q + 1) + " " + piece(q) + " attends to token " + (k + 1) + " " + piece(k) +
+      " with weight " + w.toFixed(3) + (k > q ? " (a later token: masked)" : "");
+  }
+
   // -- one update per edit, never two runs at once -----------------------------------------------
   function update(text) {
     return new Promise((resolve, reject) => {
@@ -248,6 +262,8 @@
     $("explainer-continue").addEventListener("click", continueOne);
     $("explainer-file").addEventListener("change", (e) => e.target.files[0] && openFile(e.target.files[0]));
     window.addEventListener("resize", () => drawAttention(state.last));
+    canvas.addEventListener("mousemove", describeCell);
+    canvas.addEventListener("click", describeCell);
     await update(input.value);
   }
 

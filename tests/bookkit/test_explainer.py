@@ -184,6 +184,15 @@ def test_attention_maps_equal_torch_and_the_canvas_changes_with_the_head(browser
             for head in range(4):
                 rows = torch.tensor(page.evaluate("([l, h]) => window.explainer.attention(l, h)", [layer, head]))
                 torch.testing.assert_close(rows, attention[0, layer, head], rtol=0, atol=1e-5)
+        # pointing at a square names its two tokens and the weight torch computed for it
+        L = len(tok.encode(text))
+        page.locator("#explainer-attention").scroll_into_view_if_needed()
+        box = page.locator("#explainer-attention").bounding_box()
+        q, k = L - 1, 1
+        page.mouse.move(box["x"] + (k + 0.5) * box["width"] / L, box["y"] + (q + 0.5) * box["height"] / L)
+        cell = page.locator("#explainer-cell").text_content()
+        assert f"token {q + 1} " in cell and f"token {k + 1} " in cell, cell
+        assert f"{float(attention[0, 0, 0, q, k]):.3f}" in cell, cell
         pixels = "() => document.getElementById('explainer-attention').toDataURL()"
         before = page.evaluate(pixels)
         page.select_option("#explainer-head", "2")
@@ -325,3 +334,10 @@ def test_light_and_dark_mode_keep_aa_contrast(browser, site, scheme):
         assert not result["low"], f"text below 4.5:1 in {scheme} mode: {result['low'][:5]}"
     finally:
         ctx.close()
+
+
+def test_write_explainer_names_a_bad_folder(tmp_path):
+    with pytest.raises(TypeError, match="out_dir"):
+        write_explainer(3)
+    with pytest.raises(ValueError, match="out_dir"):
+        write_explainer(tmp_path / "missing")
