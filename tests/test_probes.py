@@ -302,3 +302,52 @@ def test_head_contributions_checks_its_input():
         head_contributions(model, 0, [[0.0]])
     with pytest.raises(TypeError, match="model"):
         head_contributions("gpt", 0, torch.zeros(1, 2, 4, 4))
+
+
+def _hooked_transformer_like(model):
+    """A TransformerLens HookedTransformer (attention only, LayerNorm, learned positions) holding
+    ``model``'s weights, written out name by name (TransformerLens keeps per-head weight tensors)."""
+    tlens = pytest.importorskip("transformer_lens", reason="test extra: transformer-lens>=3,<4")
+    D, H = model.embed.embedding_dim, model.num_heads
+    d = D // H
+    cfg = tlens.HookedTransformerConfig(
+        n_layers=len(model.blocks), d_model=D, n_ctx=model.pos.max_len, d_head=d, n_heads=H,
+        d_vocab=model.embed.num_embeddings, attn_only=True, normalization_type="LN", eps=1e-5,
+        positional_embedding_type="standard", act_fn="gelu", default_prepend_bos=False, device="cpu", seed=0)
+    ref = tlens.HookedTransformer(cfg).eval()
+    state = {"embed.W_E": model.embed.weight, "pos_embed.W_pos": model.pos.embedding.weight,
+             "ln_final.w": model.norm.weight, "ln_final.b": model.norm.bias,
+             "unembed.W_U": model.head.weight.T, "unembed.b_U": torch.zeros(cfg.d_vocab)}
+    for i, block in enumerate(model.blocks):
+        a = block.self_attn
+        for ours, theirs in ((a.q_proj, "Q"), (a.k_proj, "K"), (a.v_proj, "V")):
+            state[f"blocks.{i}.attn.W_{theirs}"] = ours.weight.view(H, d, D).transpose(1, 2)  # (H, D, d)
+            state[f"blocks.{i}.attn.b_{theirs}"] = ours.bias.view(H, d)
+        state[f"blocks.{i}.attn.W_O"] = a.out_proj.weight.T.reshape(H, d, D)  # rows of W_O^T per head
+        state[f"blocks.{i}.attn.b_O"] = a.out_proj.bias
+        state[f"blocks.{i}.ln1.w"], state[f"blocks.{i}.ln1.b"] = block.norm1.weight, block.norm1.bias
+    missing, unexpected = ref.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=False)
+    assert not unexpected and all(k.endswith(("IGNORE", "mask")) for k in missing), (missing, unexpected)
+    return ref
+
+
+@pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
+def test_hook_z_and_hook_pattern_match_transformer_lens():
+    """Reference: TransformerLens's own attention-only model with the same weights (float32)."""
+    from transformer_lib.probes import record_activations
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(23, 32, 4, 2, max_len=16, ffn=False, positional="learned").eval()
+    ref = _hooked_transformer_like(model)
+    tokens = torch.randint(0, 23, (3, 12))
+    names = [f"blocks.{i}.{h}" for i in range(2) for h in ("hook_z", "hook_pattern", "hook_attn_out")]
+    with torch.no_grad():
+        with record_activations(model, names) as ours:
+            logits = model(tokens)
+        theirs_logits, cache = ref.run_with_cache(tokens)
+    torch.testing.assert_close(logits, theirs_logits, atol=1e-4, rtol=1e-4)
+    for i in range(2):
+        torch.testing.assert_close(ours[f"blocks.{i}.hook_z"], cache[f"blocks.{i}.attn.hook_z"], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours[f"blocks.{i}.hook_pattern"], cache[f"blocks.{i}.attn.hook_pattern"],
+                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours[f"blocks.{i}.hook_attn_out"], cache[f"blocks.{i}.hook_attn_out"],
+                                   atol=1e-5, rtol=1e-4)

@@ -1,0 +1,125 @@
+"""transformer_lib.induction: the repeated-token data, the head scores against patterns and
+weights built by hand, and ablation through hook_z against a model whose head is cut out of W^O.
+Tolerances: float32 sums of <= 24 x 32 products (1e-5), eigenvalues in float64 (1e-4)."""
+import copy
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import transformer_lib as tl
+from transformer_lib import induction as ind
+
+
+def _model(layers=2, seed=0):
+    torch.manual_seed(seed)
+    return tl.DecoderOnlyLM(19, 16, 4, layers, max_len=24, ffn=False, init_std=0.3).eval()
+
+
+@given(st.integers(1, 5), st.integers(2, 12), st.integers(2, 40), st.booleans(), st.integers(0, 2**16))
+def test_repeated_random_tokens_repeat_a_block_and_mark_its_targets(B, half, V, vary, seed):
+    L = 2 * half
+    g = torch.Generator().manual_seed(seed)
+    tokens, in_context = ind.repeated_random_tokens(B, L, V, min_repeat=2 if vary else None, generator=g)
+    assert tokens.shape == (B, L) and in_context.shape == (B, L - 1)
+    assert tokens.min() >= 0 and tokens.max() < V
+    for b in range(B):
+        marked = in_context[b].nonzero().flatten() + 1  # target positions in the repeat (not its first)
+        start = int(marked[0]) - 1 if len(marked) else L - 1
+        k = L - start  # block length
+        assert 2 <= k <= half and (k == half or vary)
+        assert torch.equal(tokens[b, start:], tokens[b, start - k:start]), "the repeat copies the block before it"
+        assert torch.equal(marked, torch.arange(start + 1, L))
+
+
+def test_repeated_random_tokens_rejects_bad_input():
+    with pytest.raises(ValueError, match="length"):
+        ind.repeated_random_tokens(2, 7, 10)
+    with pytest.raises(ValueError, match="min_repeat"):
+        ind.repeated_random_tokens(2, 8, 10, min_repeat=5)
+    with pytest.raises(ValueError, match="vocab_size"):
+        ind.repeated_random_tokens(2, 8, 1)
+    with pytest.raises(TypeError, match="generator"):
+        ind.repeated_random_tokens(2, 8, 10, generator=3)
+
+
+def test_scores_of_hand_made_patterns():
+    L, half = 10, 5
+    prev = torch.zeros(1, 1, L, L)
+    prev[0, 0, 0, 0] = 1.0
+    prev[0, 0, torch.arange(1, L), torch.arange(L - 1)] = 1.0  # every query on its previous token
+    induct = torch.zeros(1, 1, L, L)
+    induct[0, 0, :, 0] = 1.0
+    q = torch.arange(half, L)
+    induct[0, 0, q] = 0.0
+    induct[0, 0, q, q - half + 1] = 1.0  # the token after the earlier copy
+    uniform = torch.tril(torch.ones(L, L)) / torch.arange(1, L + 1)[:, None]
+    patterns = torch.cat([prev, induct, uniform[None, None]], dim=1)  # (1, 3, L, L)
+    torch.testing.assert_close(ind.previous_token_scores(patterns), torch.tensor([1.0, 1 / 9 * 1, 1 / 9 * sum(1 / t for t in range(2, 11))]),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(ind.induction_scores(patterns, half)[:2], torch.tensor([0.0, 1.0]), atol=1e-6, rtol=0)
+    assert ind.top_heads(ind.induction_scores(patterns, half)[None], 1)[0][0] == "0.1"
+    with pytest.raises(ValueError, match="half"):
+        ind.induction_scores(patterns, L)
+
+
+def test_zero_ablation_through_hook_z_equals_cutting_the_head_out_of_W_O():
+    model = _model()
+    tokens, in_context = ind.repeated_random_tokens(3, 12, 19, generator=torch.Generator().manual_seed(1))
+    zero = ind.ablated_losses(model, tokens, in_context, "zero")
+    mean = ind.ablated_losses(model, tokens, in_context, "mean")
+    assert zero.shape == mean.shape == (2, 4)
+    for layer, head in [(0, 2), (1, 0)]:
+        other = copy.deepcopy(model)
+        w = other.blocks[layer].self_attn.out_proj.weight
+        with torch.no_grad():
+            w[:, head * 4:(head + 1) * 4] = 0.0
+            expected = ind.in_context_loss(other(tokens), tokens, in_context)
+        torch.testing.assert_close(zero[layer, head], expected, atol=1e-5, rtol=0)
+    assert not torch.allclose(zero, mean)
+    with pytest.raises(ValueError, match="kind"):
+        ind.ablated_losses(model, tokens, in_context, "random")
+
+
+def test_copying_score_is_the_eigenvalue_ratio_of_the_full_ov_circuit():
+    model = _model()
+    for layer in range(2):
+        circuit = ind.ov_circuit(model, layer).double()  # (H, V, V)
+        eig = torch.linalg.eigvals(circuit)  # the V x V eigenvalues, computed directly
+        expected = eig.sum(-1).real / eig.abs().sum(-1)
+        torch.testing.assert_close(ind.copying_scores(model, layer).double(), expected, atol=1e-4, rtol=0)
+    scores = ind.copying_scores(model, 0)
+    assert ((scores >= -1) & (scores <= 1)).all()
+
+
+def test_head_weights_and_k_composition_by_hand():
+    model = _model()
+    D, d = 16, 4
+    a0, a1 = model.blocks[0].self_attn, model.blocks[1].self_attn
+    scores = ind.k_composition_scores(model, 0, 1)
+    assert scores.shape == (4, 4)
+    for h1 in range(4):
+        for h2 in range(4):
+            rows, cols = slice(h1 * d, (h1 + 1) * d), slice(h2 * d, (h2 + 1) * d)
+            ov = a0.v_proj.weight[rows].T @ a0.out_proj.weight[:, rows].T  # (D, D), x -> x W_V W_O
+            qk = a1.q_proj.weight[cols].T @ a1.k_proj.weight[cols]  # (D, D), x_q W_Q W_K^T
+            expected = (ov @ qk.T).norm() / (ov.norm() * qk.norm())
+            torch.testing.assert_close(scores[h1, h2], expected, atol=1e-5, rtol=1e-4)
+    x = torch.randn(5, D)
+    w = ind.head_weights(model, 0)
+    torch.testing.assert_close((x @ w["W_OV"][1]), (x @ a0.v_proj.weight[d:2 * d].T) @ a0.out_proj.weight[:, d:2 * d].T,
+                               atol=1e-5, rtol=0)
+    base = ind.composition_baseline(model)
+    assert 0 < base < 1
+    with pytest.raises(ValueError, match="earlier"):
+        ind.k_composition_scores(model, 1, 0)
+    with pytest.raises(ValueError, match="layer"):
+        ind.k_composition_scores(model, 0, 2)
+
+
+def test_phase_change_step_finds_the_steepest_drop():
+    steps = list(range(0, 300, 10))
+    losses = [4.0] * 12 + [3.0, 1.5, 0.5] + [0.1] * 15  # falls between steps 110 and 140
+    assert 110 <= ind.phase_change_step(steps, losses) <= 140
+    with pytest.raises(ValueError, match="steps and losses"):
+        ind.phase_change_step([0, 1], [1.0])
