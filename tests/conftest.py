@@ -46,7 +46,6 @@ def _no_torch_fastpath():
 # mark's "@group" suffix, so marked tests of one file were spread over both workers.
 SHARED_FOLDERS = {
     "test_book": "book/_build", "test_browser": "book/_build", "test_pdf": "book/_build",
-    "test_explainer": "book/_build",
 }
 
 

@@ -194,6 +194,7 @@ def test_book_pages_exist(html):
         assert (html / f"{f}.html").exists(), f
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
     assert (html / ".nojekyll").exists(), "GitHub Pages would hide the _static folder"
+    assert (html / "explainer.html").exists(), "the live model page (bookkit/explainer) was not written"
     assert list((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
 
 
