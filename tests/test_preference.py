@@ -353,6 +353,10 @@ def test_pairs_follow_the_judge_and_share_their_prompt(book_gpt):
         make_pairs(model, prompts.float(), 10, judge, tok.decode)
     with pytest.raises(ValueError, match="new_tokens"):
         make_pairs(model, prompts, 0, judge, tok.decode)
+    with pytest.raises(ValueError, match="score"):
+        make_pairs(model, prompts[:4], 3, lambda text: float("nan"), tok.decode)
+    with pytest.raises(TypeError, match="score"):
+        make_pairs(model, prompts[:4], 3, "fewer e's", tok.decode)
 
 
 def test_sentence_prompts_take_the_first_tokens_of_each_sentence():

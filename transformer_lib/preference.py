@@ -153,6 +153,8 @@ def make_pairs(model: nn.Module, prompts: torch.Tensor, new_tokens: int, score, 
     both = torch.cat([prompts, prompts])  # (2N, P): each prompt twice
     answers = generate(model, both, new_tokens, temperature=temperature, seed=seed)  # (2N, P + n)
     scores = torch.tensor([float(score(decode(row[P:].tolist()))) for row in answers], dtype=torch.float64)
+    if not bool(torch.isfinite(scores).all()):
+        raise ValueError("score must return a finite number for every answer, got NaN or inf")
     first, second = answers.chunk(2)  # (N, P + n) each
     s1, s2 = scores.chunk(2)
     keep = s1 != s2
