@@ -1,9 +1,10 @@
 """LoRA adapters (chapter 21, transformer_lib.lora): the layer to wrap, rank, alpha, targets."""
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from .scalars import check_count, check_number, check_str_list
+from .scalars import check_choice, check_count, check_number, check_str_list
 
 
 def _check_rank_alpha_dropout(rank, alpha, dropout) -> None:
@@ -51,3 +52,41 @@ def check_lora_model(model) -> None:
     """``model`` must be an ``nn.Module`` (the model to adapt, merge, save or load into)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+
+
+def check_chat_texts(**texts) -> None:
+    """Each named text a str (``None`` allowed only for ``system``); the prompt and answer non-empty."""
+    for name, value in texts.items():
+        if value is None and name == "system":
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if name != "system" and not value.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def check_tokens_and_mask(tokens, mask) -> None:
+    """``tokens`` an integer tensor (B, L) and ``mask`` a bool tensor of the same shape."""
+    if not isinstance(tokens, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise TypeError(f"tokens and mask must be torch.Tensors, got {type(tokens).__name__} and "
+                        f"{type(mask).__name__}")
+    if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"tokens must be an integer tensor (B, L), got {tokens.dtype} of shape {tuple(tokens.shape)}")
+    if mask.dtype != torch.bool or mask.shape != tokens.shape:
+        raise ValueError(f"mask must be a bool tensor of the shape of tokens {tuple(tokens.shape)}, "
+                         f"got {mask.dtype} of shape {tuple(mask.shape)}")
+
+
+def check_answer_loss(logits, tokens, mask, reduction) -> None:
+    """``logits`` (B, L, V) float, ``tokens``/``mask`` as :func:`check_tokens_and_mask` with the same
+    (B, L), at least one answer token after position 0, and ``reduction`` 'mean' or 'sum'."""
+    check_tokens_and_mask(tokens, mask)
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dim() != 3 or not logits.is_floating_point() or logits.shape[:2] != tokens.shape:
+        raise ValueError(f"logits must be a float tensor (B, L, V) with (B, L) = {tuple(tokens.shape)}, "
+                         f"got {logits.dtype} of shape {tuple(logits.shape)}")
+    check_choice("reduction", reduction, ("mean", "sum"))
+    if not bool(mask[:, 1:].any()):
+        raise ValueError("mask must mark at least one answer token after position 0 (the first token has "
+                         "no position before it to predict it)")
