@@ -36,3 +36,10 @@ def check_matvec_input(x, in_features: int) -> None:
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point() or x.dim() == 0 or x.shape[-1] != in_features:
         raise ValueError(f"x must be a float tensor (..., {in_features}), got {x.dtype} of shape {tuple(x.shape)}")
+
+
+def check_activations(activations) -> str:
+    """How a quantized layer's input enters the kernel: 'float32' (as it is) or 'int8' (per-block codes)."""
+    from .scalars import check_choice
+
+    return check_choice("activations", activations, ("float32", "int8"))

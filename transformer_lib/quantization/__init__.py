@@ -13,11 +13,13 @@ with its GGUF file's own 4-bit blocks.
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
 from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
-from .kernels import kernel_available, matvec, matvec_reference, simd_available
+from .kernels import (ACTIVATIONS, kernel_available, matvec, matvec_reference, quantize_activations, simd_available,
+                      vnni_available)
 from .roofline import decode_ceiling, flops_per_byte
 from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
-           "round_trip", "kernel_available", "simd_available", "matvec", "matvec_reference", "QuantizedLinear",
+           "round_trip", "kernel_available", "simd_available", "vnni_available", "matvec", "matvec_reference",
+           "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
            "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte"]

@@ -22,6 +22,7 @@ from ..device import get_device
 from ..pretrained.gguf import bpe_tokenizer_from_gguf, read_gguf_metadata
 from ..pretrained.llama import LlamaConfig, LlamaDecoder, llama_state_from_gguf
 from ..pretrained.smollm2 import SmolLM2, smollm2_gguf_path
+from .._checks.quantization import check_activations
 from .formats import bytes_per_block
 from .modules import QuantizedEmbedding, QuantizedLinear
 
@@ -63,10 +64,13 @@ def _format_of(blocks: torch.Tensor, in_features: int) -> str:
     raise ValueError(f"rows of {blocks.shape[1]} bytes are neither q4_1 nor q8_0 for {in_features} weights")
 
 
-def load_smollm2_quantized(device: torch.device | str | None = None, path: str | Path | None = None) -> SmolLM2:
+def load_smollm2_quantized(device: torch.device | str | None = None, path: str | Path | None = None,
+                           activations: str = "float32") -> SmolLM2:
     """SmolLM2-135M-Instruct with its linear layers and tied embedding as the file's own blocks
     (about 98 MB of weights instead of 540 MB). The same :class:`~transformer_lib.pretrained.smollm2.SmolLM2`
-    wrapper as :func:`~transformer_lib.pretrained.load_smollm2`: ``generate``, ``logits``, ``model``."""
+    wrapper as :func:`~transformer_lib.pretrained.load_smollm2`: ``generate``, ``logits``, ``model``.
+    ``activations="int8"`` gives the layers llama.cpp's int8 activations (:class:`~.modules.QuantizedLinear`)."""
+    check_activations(activations)
     path = smollm2_gguf_path() if path is None else Path(path)
     meta = read_gguf_metadata(path)
     cfg = LlamaConfig.from_gguf(meta)
@@ -82,7 +86,7 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
         module_name = name.removesuffix(".weight")
         in_features = model.get_submodule(module_name).weight.shape[1]
         fmt = _format_of(tensor, in_features)
-        layer = QuantizedLinear(tensor.contiguous(), fmt, in_features, group_size=32)
+        layer = QuantizedLinear(tensor.contiguous(), fmt, in_features, group_size=32, activations=activations)
         parent_name, _, child = module_name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, QuantizedEmbedding(layer) if module_name == "embed" else layer)

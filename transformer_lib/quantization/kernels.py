@@ -15,6 +15,14 @@ instruction), chosen at run time when the CPU has it, and a portable scalar loop
 CPU. torch's own int8 CPU paths were measured slower than float32 on this machine (DESIGN.md), so
 the kernel is written for the job, as chapter 8's fused window is.
 
+With ``activations="int8"`` x is first quantized the way llama.cpp does it (its Q8_0 blocks:
+int8 codes and one float scale per block of 32 values, :func:`quantize_activations`), so each
+block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction for 32 weights, and
+one float multiply by the two scales. That is fewer instructions per weight than decoding the
+weights to floats; the price is x's own rounding error (half a step of max|x| / 127 per value),
+and the result is then ``quantize_activations(x) @ W^T``, which the reference computes the same
+way. The default, ``"float32"``, leaves x as it is (weight-only quantization).
+
 The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed (about
 fifteen seconds on two cores; cached under ``~/.cache/torch_extensions``). Where that cannot
 work (no compiler, no ninja) the first call warns once and :func:`matvec` uses the reference.
@@ -28,7 +36,11 @@ import torch
 from .._extensions import build_ops
 from .formats import dequantize_blocks
 
-__all__ = ["kernel_available", "matvec", "matvec_reference", "simd_available"]
+__all__ = ["ACTIVATIONS", "kernel_available", "matvec", "matvec_reference", "quantize_activations", "simd_available",
+           "vnni_available"]
+
+# how x enters the product: as it is, or as int8 codes per block (llama.cpp's Q8_0 activations)
+ACTIVATIONS = ("float32", "int8")
 
 _SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
 # the extension's ops, or the reason they cannot be built (remembered: the build is not retried per call)
@@ -59,27 +71,63 @@ def simd_available() -> bool:
     return ok and bool(_ops().has_avx512())
 
 
-def matvec_reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32) -> torch.Tensor:
-    """``x (..., K) @ W^T -> (..., N)`` with W decoded from its blocks first: the definition."""
+def vnni_available() -> bool:
+    """Whether the int8-activation path's VNNI instructions run on this CPU (False without the kernel)."""
+    ok, _ = kernel_available()
+    return ok and bool(_ops().has_vnni())
+
+
+def quantize_activations(x: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (..., K) float -> ``(codes, scales)``: int8 codes (..., K) in -127..127 and float32 scales
+    (..., K / group_size), per block of ``group_size`` values ``d = max|x| / 127``,
+    ``q = round(x * (1 / d))`` (half to even), ``x ~ d q``: the kernel's own float32 steps, so that
+    it and this function choose the same codes."""
+    *lead, K = x.shape
+    g = x.float().reshape(*lead, K // group_size, group_size)  # (..., K) -> (..., G, gs)
+    d = g.abs().amax(-1) / 127  # (..., G)
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = (g * inv[..., None]).round().clamp(-127, 127)  # (..., G, gs)
+    return q.to(torch.int8).reshape(*lead, K), d
+
+
+def matvec_reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32,
+                     activations: str = "float32") -> torch.Tensor:
+    """``x (..., K) @ W^T -> (..., N)`` with W decoded from its blocks first: the definition. With
+    ``activations="int8"`` x is replaced by its int8 blocks decoded (:func:`quantize_activations`)."""
     w = dequantize_blocks(blocks, fmt, group_size)  # (N, K) float32
+    if activations == "int8":
+        q, d = quantize_activations(x, group_size)
+        *lead, K = x.shape
+        x = (q.float().reshape(*lead, -1, group_size) * d[..., None]).reshape(*lead, K)  # x^ = d q, (..., K)
     return x.float() @ w.T  # (..., K) @ (K, N) -> (..., N)
 
 
 def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32,
-           simd: bool = True) -> torch.Tensor:
+           simd: bool = True, activations: str = "float32") -> torch.Tensor:
     """``x (..., K) @ W^T -> (..., N)`` straight from the blocks (the compiled kernel; unchecked
     input, see :class:`~transformer_lib.quantization.QuantizedLinear`). ``simd=False`` forces the
-    portable loop (a test holds both paths equal to the reference). Falls back to
+    portable loop (a test holds both paths equal to the reference). ``activations="int8"``
+    quantizes x per block first (see the module's docstring). Falls back to
     :func:`matvec_reference` off the CPU or where the kernel cannot be built."""
-    if x.device.type != "cpu" or blocks.device.type != "cpu":
-        return matvec_reference(x, blocks, fmt, group_size)
+    kernels = _STATE.get("kernels")  # the ops themselves, looked up once (no per-call attribute walk)
+    if kernels is None and _STATE["error"] is None and x.device.type == "cpu":
+        kernels = _bind()
+    kernel = kernels.get((fmt, activations)) if kernels else None
+    if kernel is None or x.device.type != "cpu" or blocks.device.type != "cpu":
+        return matvec_reference(x, blocks, fmt, group_size, activations)
+    K, N = x.shape[-1], blocks.shape[0]
+    rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K): a view for float32 contiguous x
+    out = rows.new_empty(rows.shape[0], N)  # (B, N)
+    kernel(rows, blocks.contiguous(), out, group_size, simd)
+    return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)
+
+
+def _bind() -> dict | None:
+    """Build the kernel if needed; remember and return {(fmt, activations): op} (None if it cannot be built)."""
     try:
         ops = _ops()
     except RuntimeError:
-        return matvec_reference(x, blocks, fmt, group_size)
-    K, N = x.shape[-1], blocks.shape[0]
-    rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K)
-    out = rows.new_empty(rows.shape[0], N)  # (B, N)
-    kernel = ops.q8_0_matvec if fmt == "q8_0" else ops.q4_1_matvec
-    kernel(rows, blocks.contiguous(), out, group_size, simd)
-    return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)
+        return None
+    _STATE["kernels"] = {("q8_0", "float32"): ops.q8_0_matvec, ("q4_1", "float32"): ops.q4_1_matvec,
+                         ("q8_0", "int8"): ops.q8_0_matvec_q8x, ("q4_1", "int8"): ops.q4_1_matvec_q8x}
+    return _STATE["kernels"]

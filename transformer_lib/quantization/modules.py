@@ -1,13 +1,17 @@
 """Weight-only quantized layers and :func:`quantize`, which puts them into a model in place (chapter 19).
 
-*Weight-only*: the weights are stored as int8 or int4 blocks (:mod:`.formats`), the activations
-stay float32, and every product is float32 arithmetic on weights decoded in registers. Decoding
-is bound by the bytes of weights it reads, not by arithmetic, so this keeps all of the speed-up
-and none of the accuracy risk of quantizing activations (whose outliers are much larger).
+*Weight-only* (the default): the weights are stored as int8 or int4 blocks (:mod:`.formats`), the
+activations stay float32, and every product is float32 arithmetic on weights decoded in registers.
+Decoding is bound by the bytes of weights it reads, so this keeps the bytes' speed-up and none of
+the accuracy risk of quantizing activations (whose outliers are much larger); ``activations="int8"``
+trades a little of that accuracy for fewer instructions per weight (llama.cpp's choice).
 
 :class:`QuantizedLinear` replaces ``nn.Linear``: one row of x (or a few) goes through the compiled
 kernel (:func:`~.kernels.matvec`), a long prompt's many rows through ``F.linear`` on weights
 decoded once (prefill is bound by arithmetic, where BLAS's float32 matmul is the fast way).
+Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is) or ``"int8"``
+(llama.cpp's way: x is quantized per block of 32 inside the kernel, integer dot products; faster,
+and x's rounding adds its own small error; prefill stays float32 either way).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
 for the input and multiplied as the output head. A model that writes its head as
@@ -22,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._checks import check_matvec_input, check_quantization_args
+from .._checks.quantization import check_activations
 from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
 from .kernels import matvec
 
@@ -39,8 +44,9 @@ class QuantizedLinear(nn.Module):
     GGUF file's own blocks (:func:`~.gguf_blocks.load_smollm2_quantized`)."""
 
     def __init__(self, blocks: torch.Tensor, fmt: str, in_features: int, group_size: int = 32,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, activations: str = "float32"):
         super().__init__()
+        self.activations = check_activations(activations)
         if fmt not in FORMATS.values():
             raise ValueError(f"fmt must be one of {sorted(FORMATS.values())}, got {fmt!r}")
         expected = in_features // group_size * bytes_per_block(fmt, group_size)
@@ -54,17 +60,18 @@ class QuantizedLinear(nn.Module):
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bits: int, group_size: int = 32,
-                    bias: torch.Tensor | None = None) -> "QuantizedLinear":
+                    bias: torch.Tensor | None = None, activations: str = "float32") -> "QuantizedLinear":
         """A float (out, in) weight quantized (:func:`~.formats.quantize_blocks`); the bias stays float32."""
         w = weight.detach()
         blocks = quantize_blocks(w.cpu(), bits, group_size).to(w.device)
         bias = None if bias is None else bias.detach().float().clone()
-        return cls(blocks, FORMATS[bits], w.shape[1], group_size, bias)
+        return cls(blocks, FORMATS[bits], w.shape[1], group_size, bias, activations)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, bits: int, group_size: int = 32) -> "QuantizedLinear":
+    def from_linear(cls, linear: nn.Linear, bits: int, group_size: int = 32,
+                    activations: str = "float32") -> "QuantizedLinear":
         """An ``nn.Linear`` quantized: see :meth:`from_weight`."""
-        return cls.from_weight(linear.weight, bits, group_size, linear.bias)
+        return cls.from_weight(linear.weight, bits, group_size, linear.bias, activations)
 
     def dequantized_weight(self) -> torch.Tensor:
         """W as float32 (out, in), decoded from the blocks (for prefill, tests and plots)."""
@@ -74,14 +81,14 @@ class QuantizedLinear(nn.Module):
         check_matvec_input(x, self.in_features)
         rows = x.numel() // self.in_features
         if rows <= KERNEL_MAX_ROWS:
-            y = matvec(x, self.blocks, self.fmt, self.group_size)  # (..., in) -> (..., out), one pass
+            y = matvec(x, self.blocks, self.fmt, self.group_size, activations=self.activations)  # (..., in) -> (..., out)
         else:
             y = F.linear(x.float(), self.dequantized_weight())  # (..., in) -> (..., out)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
-                f"group_size={self.group_size}, bias={self.bias is not None}")
+                f"group_size={self.group_size}, bias={self.bias is not None}, activations={self.activations}")
 
 
 class QuantizedWeight:
@@ -150,13 +157,15 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(parent_name) if parent_name else model), child
 
 
-def quantize(model: nn.Module, bits: int, group_size: int = 32) -> nn.Module:
+def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32") -> nn.Module:
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
     or 4 (asymmetric, q4_1), in place, and return the model. Its embedding is quantized too when it
     is tied to the output head: when a linear layer shares its weight (``DecoderOnlyLM``), or when
     no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``, as in
     ``LlamaDecoder``). Untied embeddings, norms and biases stay float32. Layers whose input width
-    ``group_size`` does not divide raise a ValueError before anything is replaced."""
+    ``group_size`` does not divide raise a ValueError before anything is replaced. ``activations``:
+    see :class:`QuantizedLinear` ('float32', weight-only, or 'int8')."""
+    check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
     for name, m in linears.items():  # check everything first: all or nothing
@@ -172,15 +181,15 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32) -> nn.Module:
     shared: dict[str, QuantizedLinear] = {}
     for e_name, head_name in tied.items():
         emb = embeddings[e_name]
-        q = QuantizedLinear.from_linear(linears[head_name], bits, group_size) if head_name else \
-            QuantizedLinear.from_weight(emb.weight, bits, group_size)  # the (V, D) matrix, as the head reads it
+        q = QuantizedLinear.from_linear(linears[head_name], bits, group_size, activations) if head_name else \
+            QuantizedLinear.from_weight(emb.weight, bits, group_size, activations=activations)  # (V, D), as the head reads it
         parent, child = _parent(model, e_name)
         setattr(parent, child, QuantizedEmbedding(q))
         if head_name:
             shared[head_name] = q
     for name, m in linears.items():
         parent, child = _parent(model, name)
-        setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size))
+        setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size, activations))
     return model
 
 

@@ -13,12 +13,21 @@
 //
 // Two paths: AVX-512 (16 weights per instruction; chosen at run time when this CPU has it) and a
 // portable scalar loop (any CPU, any gs). The block sums of x for q4_1's minimum are computed once.
+//
+// The *_q8x ops are llama.cpp's way (its Q8_0 x Q4_1 / Q8_0 dot products): x is quantized once per
+// call, per block of gs values, to int8 codes qx with a float32 scale dx = max|x| / 127 (and
+// sx = dx * sum qx for q4_1's minimum). A block's dot product is then exact integer arithmetic,
+//   sum_j q_j qx_j   (|q_j qx_j| <= 127 * 127, 32 of them: far inside int32),
+// one VNNI instruction (vpdpbusd: 32 byte products summed into 8 int32) for 32 weights, and one
+// float multiply-add by d * dx per block. The result is exactly x^ @ W^T for x^ = dx * qx, up to
+// the order of the float additions over blocks; the error against float x is that of x^.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>  // registered as torch.ops.tlib_quant.*: no Python headers needed
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -162,8 +171,11 @@ template <int R, int NB, bool Q4>
 __attribute__((target("avx512f,f16c,fma"))) void rows_avx512_fixed(const float* X, const float* XS, int64_t K,
                                                                    const uint8_t* W, int64_t gs, float* O,
                                                                    int64_t N, int64_t n0, int64_t n1) {
+  const int64_t rowb = K / gs * (Q4 ? 4 + gs / 2 : 2 + gs);
   int64_t n = n0;
   for (; n + R <= n1; n += R) {
+    for (int64_t p = 0; p < R * rowb; p += 64)  // the next R rows, while these are computed
+      _mm_prefetch(reinterpret_cast<const char*>(W + (n + R) * rowb + p), _MM_HINT_T0);
     if (Q4) q4_1_tile<R, NB>(X, XS, K, W, gs, O, N, n);
     else q8_0_tile<R, NB>(X, K, W, gs, O, N, n);
   }
@@ -193,6 +205,127 @@ bool cpu_has_avx512() {
 bool cpu_has_avx512() { return false; }
 #endif
 
+
+// ---- int8 activations (the *_q8x ops) --------------------------------------------------------
+// x (B, K) -> codes QX (B, K) int8, scales DX (B, G) and, for q4_1, SX = DX * sum of the block's codes.
+// dx = amax / 127 and qx = round-half-even(x * (1 / dx)), the float32 operations of kernels.py's
+// quantize_activations, so both give the same codes bit for bit.
+void quantize_x(const float* X, int64_t B, int64_t K, int64_t gs, int8_t* QX, float* DX, float* SX) {
+  const int64_t G = K / gs;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* xg = X + b * K + g * gs;
+      int8_t* qg = QX + b * K + g * gs;
+      float amax = 0.0f;
+      for (int64_t j = 0; j < gs; ++j) amax = std::max(amax, std::fabs(xg[j]));
+      const float d = amax / 127.0f;
+      const float id = d > 0.0f ? 1.0f / d : 0.0f;
+      int32_t sum = 0;
+      for (int64_t j = 0; j < gs; ++j) {
+        const float q = std::min(127.0f, std::max(-127.0f, std::nearbyint(xg[j] * id)));
+        qg[j] = static_cast<int8_t>(q);
+        sum += static_cast<int32_t>(q);
+      }
+      DX[b * G + g] = d;
+      SX[b * G + g] = d * static_cast<float>(sum);
+    }
+}
+
+// portable: integer dot product per block, any gs
+template <bool Q4>
+void rows_q8x_portable(const int8_t* QX, const float* DX, const float* SX, int64_t B, int64_t K, const uint8_t* W,
+                       int64_t gs, float* O, int64_t N, int64_t n0, int64_t n1) {
+  const int64_t G = K / gs, half = gs / 2, bpb = Q4 ? 4 + half : 2 + gs;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = W + n * G * bpb;
+    for (int64_t b = 0; b < B; ++b) {
+      float total = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        const uint8_t* blk = row + g * bpb;
+        const int8_t* qx = QX + b * K + g * gs;
+        int32_t dot = 0;  // exact
+        if (Q4) {
+          for (int64_t j = 0; j < half; ++j) dot += (blk[4 + j] & 15) * qx[j] + (blk[4 + j] >> 4) * qx[j + half];
+          total += half_at(blk) * DX[b * G + g] * static_cast<float>(dot) + half_at(blk + 2) * SX[b * G + g];
+        } else {
+          const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+          for (int64_t j = 0; j < gs; ++j) dot += q[j] * qx[j];
+          total += half_at(blk) * DX[b * G + g] * static_cast<float>(dot);
+        }
+      }
+      O[b * N + n] = total;
+    }
+  }
+}
+
+#ifdef TLIB_X86
+#define TLIB_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+TLIB_VNNI inline float hsum8(__m256 v) {  // the sum of 8 floats
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// R consecutive rows of W (gs = 32) against every row of x. Per block and row: one 32-byte load
+// of codes (q4_1: 16 bytes, nibbles split by a shift and a mask), one vpdpbusd (unsigned x signed
+// bytes, four products summed per int32 lane), one int -> float conversion and one multiply-add by
+// d * dx. The block of x's codes is loaded once for the R rows; the R rows (a few KB) stay in L1
+// for the B rows of x. The next rows are prefetched while these are computed.
+template <int R, bool Q4>
+TLIB_VNNI void tile_q8x(const int8_t* QX, const float* DX, const float* SX, int64_t B, int64_t K, const uint8_t* W,
+                        float* O, int64_t N, int64_t n) {
+  constexpr int64_t gs = 32, bpb = Q4 ? 20 : 34;
+  const int64_t G = K / gs, rowb = G * bpb;
+  const uint8_t* tile = W + n * rowb;
+  for (int64_t p = 0; p < R * rowb; p += 64) _mm_prefetch(reinterpret_cast<const char*>(tile + R * rowb + p), _MM_HINT_T0);
+  const __m256i low4 = _mm256_set1_epi8(15);
+  for (int64_t b = 0; b < B; ++b) {
+    const int8_t* qx = QX + b * K;
+    const float* dx = DX + b * G;
+    const float* sx = SX + b * G;
+    __m256 acc[R];
+    float mins[R];
+    for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); mins[r] = 0.0f; }
+    for (int64_t g = 0; g < G; ++g) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + g * gs));
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* blk = tile + r * rowb + g * bpb;
+        __m256i dot;
+        if (Q4) {  // bytes 0..15: low nibbles = q_0..q_15; bytes 16..31: high nibbles = q_16..q_31
+          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+          const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);
+          dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, xv);  // codes 0..15 are unsigned
+        } else {  // signed x signed: |w| (unsigned) times x with w's sign
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+          dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));
+        }
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(half_f16c(blk) * dx[g]), acc[r]);
+        if (Q4) mins[r] += half_f16c(blk + 2) * sx[g];
+      }
+    }
+    for (int r = 0; r < R; ++r) O[b * N + n + r] = hsum8(acc[r]) + mins[r];
+  }
+}
+
+template <bool Q4>
+TLIB_VNNI void rows_q8x_vnni(const int8_t* QX, const float* DX, const float* SX, int64_t B, int64_t K,
+                             const uint8_t* W, float* O, int64_t N, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) tile_q8x<4, Q4>(QX, DX, SX, B, K, W, O, N, n);
+  for (; n < n1; ++n) tile_q8x<1, Q4>(QX, DX, SX, B, K, W, O, N, n);
+}
+
+bool cpu_has_vnni() {
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+#else
+bool cpu_has_vnni() { return false; }
+#endif
+
 void check_args(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, int64_t bpb) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous (B, K) float32");
   TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous(),
@@ -203,8 +336,10 @@ void check_args(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
               out.scalar_type() == at::kFloat && out.is_contiguous(), "out: contiguous (B, N) float32");
 }
 
-// The rows of W go to threads in chunks of `grain` rows (a few KB of weights each).
-constexpr int64_t kGrain = 16;
+// The rows of W go to threads in chunks of at least 32 KB of weights (at least 16 rows): a
+// 576 x 576 int4 matrix (207 KB) is split in a few chunks, not in 36, so waking the second thread
+// costs less than the half of the rows it takes.
+int64_t grain_rows(int64_t row_bytes) { return std::max<int64_t>(16, (32 * 1024) / std::max<int64_t>(1, row_bytes)); }
 
 }  // namespace
 
@@ -216,7 +351,7 @@ void q8_0_matvec(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor
   const uint8_t* W = blocks.data_ptr<uint8_t>();
   float* O = out.data_ptr<float>();
   const bool fast = simd && cpu_has_avx512() && gs % 16 == 0;
-  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+  at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
 #ifdef TLIB_X86
     if (fast) return rows_avx512<false>(X, nullptr, B, K, W, gs, O, N, n0, n1);
 #endif
@@ -241,7 +376,7 @@ void q4_1_matvec(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor
     }
   const float* XS = xsum.data();
   const bool fast = simd && cpu_has_avx512() && gs % 32 == 0;
-  at::parallel_for(0, N, kGrain, [&](int64_t n0, int64_t n1) {
+  at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
 #ifdef TLIB_X86
     if (fast) return rows_avx512<true>(X, XS, B, K, W, gs, O, N, n0, n1);
 #endif
@@ -249,13 +384,52 @@ void q4_1_matvec(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor
   });
 }
 
+
+// The same products with x quantized to int8 per block of gs first (see the top of the file).
+// The codes of x live in buffers kept between calls (this thread's; resized only when x grows).
+template <bool Q4>
+void matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
+  TORCH_CHECK(gs % 2 == 0, "the group size must be even");
+  check_args(x, blocks, out, gs, Q4 ? 4 + gs / 2 : 2 + gs);
+  const int64_t B = x.size(0), K = x.size(1), N = blocks.size(0), G = K / gs;
+  thread_local std::vector<int8_t> qx;
+  thread_local std::vector<float> dx, sx;
+  if (qx.size() < static_cast<size_t>(B * K)) qx.resize(B * K);
+  if (dx.size() < static_cast<size_t>(B * G)) { dx.resize(B * G); sx.resize(B * G); }
+  quantize_x(x.data_ptr<float>(), B, K, gs, qx.data(), dx.data(), sx.data());
+  const int8_t* QX = qx.data();
+  const float *DX = dx.data(), *SX = sx.data();
+  const uint8_t* W = blocks.data_ptr<uint8_t>();
+  float* O = out.data_ptr<float>();
+  const bool fast = simd && cpu_has_vnni() && gs == 32;
+  at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
+#ifdef TLIB_X86
+    if (fast) return rows_q8x_vnni<Q4>(QX, DX, SX, B, K, W, O, N, n0, n1);
+#endif
+    rows_q8x_portable<Q4>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
+  });
+}
+
+void q8_0_matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
+  matvec_q8x<false>(x, blocks, out, gs, simd);
+}
+void q4_1_matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
+  matvec_q8x<true>(x, blocks, out, gs, simd);
+}
+
+bool has_vnni() { return cpu_has_vnni(); }
 bool has_avx512() { return cpu_has_avx512(); }
 
 TORCH_LIBRARY(tlib_quant, m) {
   // out is written in place (a!); called eagerly from kernels.py only
   m.def("q8_0_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
   m.def("q4_1_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
+  m.def("q8_0_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
+  m.def("q4_1_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
   m.def("has_avx512() -> bool", TORCH_FN(has_avx512));
+  m.def("has_vnni() -> bool", TORCH_FN(has_vnni));
   m.impl("q8_0_matvec", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec));
   m.impl("q4_1_matvec", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec));
+  m.impl("q8_0_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec_q8x));
+  m.impl("q4_1_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec_q8x));
 }
