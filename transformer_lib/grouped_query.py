@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ._checks import check_cache_layer, check_floating, check_mask
 from .attention import scaled_dot_product_attention
+from .masks import causal_mask
 from .multihead import is_hooked, merge_heads
 
 __all__ = ["GroupedQueryAttention", "repeat_kv", "causal_mask_with_offset"]
@@ -42,14 +43,10 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(B, H_kv, groups, L, d).reshape(B, H_kv * groups, L, d)  # (B, H, L, d)
 
 
-def causal_mask_with_offset(L_q: int, L_k: int, device=None) -> torch.Tensor:
-    """(L_q, L_k) boolean, True = may attend: query i sits at position ``L_k - L_q + i`` (the
-    first ``L_k - L_q`` keys come from the cache) and sees keys at positions <= its own."""
-    if L_q > L_k:
-        raise ValueError(f"more queries ({L_q}) than keys ({L_k}): the keys must include the queries' own")
-    q_pos = torch.arange(L_k - L_q, L_k, device=device).unsqueeze(-1)  # (L_q, 1)
-    k_pos = torch.arange(L_k, device=device)  # (L_k,)
-    return k_pos <= q_pos  # (L_q, L_k)
+# L queries appended to a cache of L_k - L keys: query i sits at position L_k - L + i and sees the
+# keys at positions <= its own. That is masks.causal_mask(L, L_k) (its diagonal aligned to the
+# end); the old name stays importable as the same function.
+causal_mask_with_offset = causal_mask
 
 
 class GroupedQueryAttention(nn.Module):
@@ -112,7 +109,7 @@ class GroupedQueryAttention(nn.Module):
         pattern = is_hooked(hook_pattern)
         if need_weights or pattern or mask is not None:
             if causal:
-                causal_m = causal_mask_with_offset(L, L_k, x.device)  # (L, L_k)
+                causal_m = causal_mask(L, L_k, x.device)  # (L, L_k)
                 mask = causal_m if mask is None else mask & causal_m
             k_all, v_all = repeat_kv(k, self.groups), repeat_kv(v, self.groups)  # (B, H, L_k, d)
             out, weights = scaled_dot_product_attention(q, k_all, v_all, mask, need_weights=need_weights or pattern)
@@ -125,7 +122,7 @@ class GroupedQueryAttention(nn.Module):
             elif L == L_k:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask_with_offset(L, L_k, x.device),
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(L, L_k, x.device),
                                                      enable_gqa=True)
             weights = None
         if hook_z is not None:

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_int, check_positive
+from ._checks import check_cache_sizes, check_int, check_new_cache
 
 __all__ = ["KVCache", "cache_bytes_per_token"]
 
 
 def cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: int = 4) -> int:
     """Bytes the cache grows by per token: ``num_layers * 2 * num_kv_heads * head_dim * bytes``."""
-    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("bytes_per_element", bytes_per_element)):
-        check_positive(name, value)
+    check_cache_sizes(num_layers, num_kv_heads, head_dim, bytes_per_element)
     return num_layers * 2 * num_kv_heads * head_dim * bytes_per_element
 
 
@@ -46,8 +44,7 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, initial_capacity: int = 256):
-        check_positive("num_layers", num_layers)
-        check_positive("initial_capacity", initial_capacity)
+        check_new_cache(num_layers, initial_capacity)
         self.num_layers, self.initial_capacity = num_layers, initial_capacity
         self.keys: list[torch.Tensor | None] = [None] * num_layers  # (B, H_kv, capacity, d) buffers
         self.values: list[torch.Tensor | None] = [None] * num_layers

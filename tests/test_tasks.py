@@ -1,0 +1,104 @@
+"""transformer_lib.tasks: every synthetic data set, against its definition written out with loops."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from transformer_lib import tasks
+from transformer_lib.tasks import BOS, EOS, FIRST_TOKEN
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_random_tokens_are_content_tokens_and_repeat_with_the_generator():
+    t = tasks.random_tokens(4, 50, 7, gen(1))
+    assert t.shape == (4, 50) and t.dtype == torch.long
+    assert set(t.unique().tolist()) == set(range(FIRST_TOKEN, 7))  # 200 draws hit all 4 values
+    assert torch.equal(t, tasks.random_tokens(4, 50, 7, gen(1)))
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(batch_size=0), "batch_size"), (dict(length=0), "length"),
+                                          (dict(vocab_size=FIRST_TOKEN), "vocab_size"),
+                                          (dict(vocab_size=5.0), "vocab_size")])
+def test_random_tokens_bad_sizes(kwargs, name):
+    args = dict(batch_size=2, length=3, vocab_size=8) | kwargs
+    with pytest.raises(ValueError, match=name):
+        tasks.random_tokens(**args)
+
+
+def test_a_generator_must_be_a_torch_generator():
+    with pytest.raises(TypeError, match="generator"):
+        tasks.random_tokens(2, 3, 8, generator=0)
+    with pytest.raises(TypeError, match="generator"):
+        tasks.running_sum_batch(2, 3, generator="seed")
+
+
+def test_reversal_and_shift_right():
+    src, target = tasks.reversal_batch(3, 6, 10, gen())
+    assert [row[::-1] for row in src.tolist()] == target.tolist()
+    shifted = tasks.shift_right(target)
+    assert shifted.tolist() == [[BOS] + row[:-1] for row in target.tolist()]
+    assert tasks.shift_right(target, bos=9)[:, 0].tolist() == [9, 9, 9]
+    with pytest.raises(ValueError, match="target"):
+        tasks.shift_right(target.float())
+    with pytest.raises(ValueError, match="bos"):
+        tasks.shift_right(target, bos=-1)
+
+
+def test_recall_first_labels_the_first_token():
+    tokens, label = tasks.recall_first_batch(16, 9, 12, num_classes=4, generator=gen(2))
+    assert (tokens[:, 0] - FIRST_TOKEN).tolist() == label.tolist()
+    assert label.min() >= 0 and label.max() < 4
+    for bad in (0, 12 - FIRST_TOKEN + 1):
+        with pytest.raises(ValueError, match="num_classes"):
+            tasks.recall_first_batch(2, 4, 12, num_classes=bad)
+
+
+@settings(max_examples=20, deadline=None)
+@given(length=st.integers(1, 12), base=st.integers(2, 12), seed=st.integers(0, 1000))
+def test_property_running_sum_is_the_prefix_sum_mod_base(length, base, seed):
+    src, target = tasks.running_sum_batch(3, length, gen(seed), base=base)
+    for digits, sums in zip(src.tolist(), target.tolist()):
+        total = 0
+        for d, s in zip(digits, sums):
+            assert FIRST_TOKEN <= d < FIRST_TOKEN + base
+            total = (total + d - FIRST_TOKEN) % base
+            assert s == FIRST_TOKEN + total
+
+
+def test_running_sum_bad_base():
+    with pytest.raises(ValueError, match="base"):
+        tasks.running_sum_batch(2, 3, base=1)
+
+
+def test_prompt_batch_is_source_separator_answer():
+    src, target = torch.tensor([[3, 4], [5, 6]]), torch.tensor([[7], [8]])
+    assert tasks.prompt_batch(src, target).tolist() == [[3, 4, EOS, 7], [5, 6, EOS, 8]]
+    with pytest.raises(ValueError, match="same B"):
+        tasks.prompt_batch(src, target[:1])
+    with pytest.raises(ValueError, match="src and target"):
+        tasks.prompt_batch(src.float(), target.float())
+    with pytest.raises(ValueError, match="sep"):
+        tasks.prompt_batch(src, target, sep=-3)
+
+
+def test_three_lookups_targets_and_answer_keys_by_brute_force():
+    tokens, targets = tasks.three_lookups_batch(4, 10, 5, gen(3))
+    keys = tasks.answer_keys(tokens)
+    V = 5
+    for b, row in enumerate(tokens.tolist()):
+        for i in range(len(row)):
+            assert targets["previous"][b, i] == (row[i - 1] if i else V)
+            assert targets["first"][b, i] == row[0]
+            assert targets["max"][b, i] == max(row[: i + 1])
+            for j in range(len(row)):
+                assert keys["previous"][b, i, j] == (j == i - 1)
+                assert keys["first"][b, i, j] == (j == 0)
+                assert keys["max"][b, i, j] == (j <= i and row[j] == max(row[: i + 1]))
+    with pytest.raises(ValueError, match="length"):
+        tasks.three_lookups_batch(2, 1, 5)
+    with pytest.raises(ValueError, match="vocab_size"):
+        tasks.three_lookups_batch(2, 4, 1)
