@@ -123,3 +123,17 @@ def test_phase_change_step_finds_the_steepest_drop():
     assert 110 <= ind.phase_change_step(steps, losses) <= 140
     with pytest.raises(ValueError, match="steps and losses"):
         ind.phase_change_step([0, 1], [1.0])
+
+
+def test_train_induction_records_a_reproducible_curve_and_patterns():
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        model = tl.DecoderOnlyLM(19, 16, 2, 2, max_len=12, ffn=False, init_std=0.02)
+        runs.append(ind.train_induction(model, 20, batch_size=8, eval_every=10, seed=3, eval_size=16))
+    rec = runs[0]
+    assert rec["steps"] == [0, 10, 20] and len(rec["train_loss"]) == 20
+    assert rec["patterns"].shape == (3, 2, 2, 12, 12) and rec["shown_tokens"].shape == (12,)
+    assert rec["in_context_loss"] == runs[1]["in_context_loss"], "seeded: the same curve twice"
+    assert abs(rec["in_context_loss"][0] - torch.log(torch.tensor(19.0)).item()) < 0.3  # starts near ln V
+    assert not any(p.requires_grad for p in model.blocks[0].ffn.parameters())  # the FFN stays off

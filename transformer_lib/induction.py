@@ -26,9 +26,9 @@ from ._checks import check_choice, check_int, check_square_maps
 from ._checks.probes import check_block_index, check_module
 from .probes import block_attention, patch_activations, record_activations
 
-__all__ = ["repeated_random_tokens", "in_context_loss", "phase_change_step", "attention_patterns",
+__all__ = ["repeated_random_tokens", "in_context_loss", "train_induction", "phase_change_step", "attention_patterns",
            "previous_token_scores", "induction_scores", "head_weights", "ov_circuit", "copying_scores",
-           "k_composition_scores", "composition_baseline", "ablated_losses", "top_heads"]
+           "k_composition_scores", "composition_baseline", "ablated_losses", "top_heads", "load_induction_run"]
 
 
 # -- data --------------------------------------------------------------------------------------------
@@ -97,6 +97,54 @@ def phase_change_step(steps, losses, window: int = 5) -> int:
     drop = (smooth[:-window] - smooth[window:]) / (steps[window:] - steps[:-window])  # per step
     i = int(torch.argmax(drop))
     return int(steps[i + window // 2 + (window % 2 == 0)] if window > 1 else steps[i + 1])
+
+
+def train_induction(model: nn.Module, steps: int, batch_size: int = 32, min_repeat: int | None = 4,
+                    lr: float = 3e-3, eval_every: int = 25, seed: int = 0, eval_size: int = 128):
+    """Train ``model`` (a decoder with a learned position table) on :func:`repeated_random_tokens`
+    with the ordinary next-token loss on every position, and follow the in-context loss.
+
+    Every ``eval_every`` steps it measures the in-context loss on a fixed evaluation batch (drawn
+    like the training data, from seed ``seed + 1``) and keeps every head's pattern on one fixed
+    sequence whose second half repeats the first (for the chapter's step slider). Returns a dict:
+    ``steps``, ``in_context_loss`` (lists), ``patterns`` (evals, layers, H, L, L) and ``train_loss``
+    (every step). Adam (no weight decay), constant learning rate, gradients clipped at 1."""
+    check_module(model)
+    check_int("steps", steps)
+    check_int("eval_every", eval_every, 1, steps)
+    V, L = model.embed.num_embeddings, model.pos.max_len
+    g = torch.Generator().manual_seed(seed)
+    eval_tokens, eval_mask = repeated_random_tokens(eval_size, L, V, min_repeat, torch.Generator().manual_seed(seed + 1))
+    shown, _ = repeated_random_tokens(1, L, V, None, torch.Generator().manual_seed(seed + 2))
+    record = {"steps": [], "in_context_loss": [], "patterns": [], "train_loss": []}
+
+    def evaluate(step):
+        model.eval()
+        with torch.no_grad():
+            record["steps"].append(step)
+            record["in_context_loss"].append(float(in_context_loss(model(eval_tokens), eval_tokens, eval_mask)))
+            record["patterns"].append(attention_patterns(model, shown)[:, 0])  # (layers, H, L, L)
+        model.train()
+
+    params = [p for p in model.parameters() if p.requires_grad]  # a switched-off FFN is frozen
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        if step % eval_every == 0:
+            evaluate(step)
+        tokens, _ = repeated_random_tokens(batch_size, L, V, min_repeat, g)
+        logits = model(tokens)  # (B, L, V)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        record["train_loss"].append(loss.item())
+    evaluate(steps)
+    model.eval()
+    record["patterns"] = torch.stack(record["patterns"])  # (evals, layers, H, L, L)
+    record["shown_tokens"] = shown[0]
+    return record
 
 
 # -- scores from attention patterns -----------------------------------------------------------------
@@ -258,3 +306,26 @@ def ablated_losses(model: nn.Module, tokens: torch.Tensor, in_context: torch.Ten
                     out[i, h] = in_context_loss(model(tokens), tokens, in_context)
     return out
 
+
+
+# -- the benchmark's trained models (benchmarks/induction.py) ----------------------------------------
+
+def load_induction_run(layers: int = 2):
+    """``(model, record)``: the seed-0 model with ``layers`` blocks that ``benchmarks/induction.py``
+    trained, and its record (``steps``, ``in_context_loss``, ``patterns`` (evals, layers, H, L, L)
+    in float16, ``shown_tokens``). Loaded with ``weights_only=True`` (tensors and lists only)."""
+    from pathlib import Path
+
+    from .model import DecoderOnlyLM
+    check_choice("layers", str(layers), ("1", "2"))
+    path = Path(__file__).resolve().parent / "data" / "induction_runs.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run benchmarks/induction.py")
+    run = torch.load(path, weights_only=True)[f"{layers}_layer"]
+    state = run["state_dict"]
+    V, D = state["embed.weight"].shape
+    L = state["pos.embedding.weight"].shape[0]
+    H = run["patterns"].shape[2]
+    model = DecoderOnlyLM(V, D, H, layers, max_len=L, ffn=False, positional="learned")
+    model.load_state_dict(state)
+    return model.eval(), {k: v for k, v in run.items() if k != "state_dict"}

@@ -1,0 +1,160 @@
+"""Induction heads: the phase change of a two-layer attention-only model, the one-layer control,
+every head's scores and ablations, and SmolLM2's induction heads (issue 29, chapter 23).
+
+    nice .venv/bin/python benchmarks/induction.py                 # the full run (minutes)
+    .venv/bin/python benchmarks/induction.py --part smollm2        # SmolLM2's heads only
+
+Setting: ``DecoderOnlyLM(64 tokens, d_model 32, 4 heads, 2 or 1 blocks, learned positions,
+ffn=False)``, context 24, trained by ``induction.train_induction`` (Adam 3e-3, batch 32, next-token
+loss on every position) on ``repeated_random_tokens`` with ``--min-repeat`` (a random-length
+lead-in, then a block of 4..12 random tokens twice: no fixed position holds the answer). The
+in-context loss (targets inside the repeat, after its first token) is measured every 25 steps on
+a fixed batch of 128; the phase-change step is where it falls fastest. Seeds 0.. ``--seeds`` - 1
+give the spread of that step. Scores on 256 sequences whose second half repeats the first.
+
+SmolLM2-135M (float32, the packaged GGUF): 8 sequences of 2 x 50 random token ids (ids 1000 ..
+49151, no special tokens), every head's induction and previous-token score, the top heads, and
+the in-context loss with the top 3 induction heads zero-ablated against 3 other heads.
+
+Writes benchmarks/results/induction.json (numbers) and transformer_lib/data/induction_runs.pt
+(the seed-0 weights and curves and the patterns over training, float16: the chapter's widget).
+Prints tables, asserts nothing. Run it on a quiet machine; the numbers do not depend on load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_results  # noqa: E402
+
+import transformer_lib as tl  # noqa: E402
+from transformer_lib import induction as ind  # noqa: E402
+
+DATA = Path(tl.__file__).resolve().parent / "data" / "induction_runs.pt"
+RESULTS_FILE = Path(__file__).resolve().parent / "results" / "induction.json"
+V, D, H, L = 64, 32, 4, 24
+
+
+def make_model(layers: int, seed: int) -> tl.DecoderOnlyLM:
+    torch.manual_seed(seed)
+    return tl.DecoderOnlyLM(V, D, H, layers, max_len=L, ffn=False, positional="learned", init_std=0.02)
+
+
+def head_table(model) -> dict:
+    tokens, in_context = ind.repeated_random_tokens(256, L, V, None, torch.Generator().manual_seed(99))
+    patterns = ind.attention_patterns(model, tokens)  # (layers, B, H, L, L)
+    with torch.no_grad():
+        clean = float(ind.in_context_loss(model(tokens), tokens, in_context))
+    layers = len(model.blocks)
+    out = {"clean_in_context_loss": clean,
+           "previous_token": ind.previous_token_scores(patterns).tolist(),
+           "induction": ind.induction_scores(patterns, L // 2).tolist(),
+           "copying": [ind.copying_scores(model, i).tolist() for i in range(layers)],
+           "zero_ablation": ind.ablated_losses(model, tokens, in_context, "zero").tolist(),
+           "mean_ablation": ind.ablated_losses(model, tokens, in_context, "mean").tolist()}
+    if layers > 1:
+        out["k_composition"] = ind.k_composition_scores(model, 0, 1).tolist()
+        out["composition_baseline"] = ind.composition_baseline(model)
+    return out
+
+
+def smollm2_table(top: int = 10) -> dict:
+    from transformer_lib.pretrained.smollm2 import load_smollm2
+    start = time.perf_counter()
+    lm = load_smollm2(device="cpu")
+    model = lm.model.eval()
+    half = 50
+    tokens, in_context = ind.repeated_random_tokens(8, 2 * half, model.cfg.vocab_size, None,
+                                                    torch.Generator().manual_seed(23), low=1000)
+    patterns = ind.attention_patterns(model, tokens)  # (30, B, 9, L, L)
+    scores = ind.induction_scores(patterns, half)  # (30, 9)
+    prev = ind.previous_token_scores(patterns)
+    best = ind.top_heads(scores, top)
+    with torch.no_grad():
+        clean = float(ind.in_context_loss(model(tokens), tokens, in_context))
+        first_half = float(torch.nn.functional.cross_entropy(
+            model(tokens)[:, :half - 1].reshape(-1, model.cfg.vocab_size), tokens[:, 1:half].reshape(-1)))
+
+    def ablate(heads):
+        by_layer: dict[int, list[int]] = {}
+        for name in heads:
+            layer, head = map(int, name.split("."))
+            by_layer.setdefault(layer, []).append(head)
+
+        def zero(hs):
+            def f(z):
+                z = z.clone()
+                z[..., hs, :] = 0.0
+                return z
+            return f
+        patches = {f"blocks.{layer}.hook_z": zero(hs) for layer, hs in by_layer.items()}
+        with torch.no_grad(), tl.probes.patch_activations(model, patches):
+            return float(ind.in_context_loss(model(tokens), tokens, in_context))
+
+    top3 = [name for name, _ in best[:3]]
+    order = scores.flatten().argsort()  # lowest induction scores first: heads that are surely not
+    others = [f"{int(i) // 9}.{int(i) % 9}" for i in order[:3]]
+    return {"half": half, "batch": 8, "induction": scores.tolist(), "previous_token": prev.tolist(),
+            "top_heads": best, "clean_in_context_loss": clean, "first_half_loss": first_half,
+            "top3_ablated_loss": ablate(top3), "top3": top3,
+            "control3_ablated_loss": ablate(others), "control3": others,
+            "heads_above_0.3": int((scores > 0.3).sum()), "seconds": time.perf_counter() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--min-repeat", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--part", choices=("all", "toy", "smollm2"), default="all",
+                        help="run one part and keep the other's numbers from the existing results file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = {"config": {"vocab": V, "d_model": D, "heads": H, "context": L, "steps": args.steps,
+                          "min_repeat": args.min_repeat, "batch": 32, "lr": args.lr}, "runs": []}
+    old = RESULTS_FILE.exists() and json.loads(RESULTS_FILE.read_text())
+    if args.part == "smollm2" and old:
+        results = {k: v for k, v in old.items() if k != "machine"}
+    saved = {}
+    for seed in range(args.seeds if args.part != "smollm2" else 0):
+        for layers in (2, 1):
+            model = make_model(layers, seed)
+            t0 = time.process_time()
+            rec = ind.train_induction(model, args.steps, min_repeat=args.min_repeat, lr=args.lr, seed=seed)
+            cpu = time.process_time() - t0
+            step = ind.phase_change_step(rec["steps"], rec["in_context_loss"])
+            run = {"layers": layers, "seed": seed, "steps": rec["steps"], "in_context_loss": rec["in_context_loss"],
+                   "phase_change_step": step, "final_in_context_loss": rec["in_context_loss"][-1], "cpu_s": cpu}
+            print(f"{layers} layer(s), seed {seed}: in-context loss {rec['in_context_loss'][0]:.2f} -> "
+                  f"{rec['in_context_loss'][-1]:.3f}, steepest drop at step {step}, {cpu:.0f} s CPU", flush=True)
+            if seed == 0:
+                run["heads"] = head_table(model)
+                saved[f"{layers}_layer"] = {"state_dict": model.state_dict(), "steps": rec["steps"],
+                                            "in_context_loss": rec["in_context_loss"],
+                                            "patterns": rec["patterns"].half(), "shown_tokens": rec["shown_tokens"]}
+            results["runs"].append(run)
+    two = [r["phase_change_step"] for r in results["runs"] if r["layers"] == 2]
+    print(f"phase change (2 layers) over {len(two)} seeds: steps {two}")
+    if args.part == "toy" and old and "smollm2" in old:
+        results["smollm2"] = old["smollm2"]
+    if args.part != "toy":
+        sm = smollm2_table()
+        results["smollm2"] = sm
+        print("SmolLM2 top induction heads (layer.head, score):", [(n, round(s, 3)) for n, s in sm["top_heads"]])
+        print(f"in-context loss {sm['clean_in_context_loss']:.3f}; top 3 ablated {sm['top3_ablated_loss']:.3f}; "
+              f"3 control heads ablated {sm['control3_ablated_loss']:.3f}; first half {sm['first_half_loss']:.2f}")
+    if saved:
+        torch.save(saved, DATA)
+        print(f"# wrote {DATA} ({DATA.stat().st_size / 1e6:.2f} MB)")
+    write_results("induction", results)
+
+
+if __name__ == "__main__":
+    main()
