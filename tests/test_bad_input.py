@@ -77,7 +77,7 @@ def test_minilm_rejects_text_that_is_not_valid_unicode(text):
 import math  # noqa: E402
 
 import numpy as np  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 from transformer_lib import cost, forests, masks, profiling, sparse, tasks, tiled  # noqa: E402
 from transformer_lib import data as tdata  # noqa: E402
@@ -464,6 +464,9 @@ def test_property_decode_takes_ids_in_the_vocabulary_or_names_them(ids):
 @given(where=st.sampled_from(["q", "k", "v"]), value=st.sampled_from([float("nan"), float("inf"), -float("inf")]),
        kernel=st.sampled_from(["blocked", "dense", "reference"]), causal=st.booleans(), pos=st.integers(0, 39),
        seed=st.integers(0, 2**16))
+# found outside CI's derandomized profile: query 0 of a causal window sees only key 0, whose score is
+# -inf; its softmax is 0/0 (NaN in the readable path) and PyTorch's SDPA made it zeros in "dense"
+@example(where="k", value=float("inf"), kernel="dense", causal=True, pos=0, seed=0)
 def test_property_a_non_finite_input_never_becomes_a_plausible_wrong_number_in_sparse_attention(
         where, value, kernel, causal, pos, seed):
     """A row that sees the bad entry is non-finite wherever the readable path's is (and equal where the

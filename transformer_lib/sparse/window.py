@@ -77,6 +77,29 @@ def window_attention(q, k, v, half: int, causal: bool, key_mask, kernel: str, bl
     if kernel == "dense":
         mask = _band(L, half, 0 if causal else half, q.device)  # (L, L): quadratic memory
         if key_mask is None:  # every row sees at least itself: plain SDPA is safe
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        return attention_fast(q, k, v, mask & key_mask[:, None, None, :], scale=scale)  # (B, 1, L, L)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        else:
+            mask = mask & key_mask[:, None, None, :]  # (B, 1, L, L)
+            out = attention_fast(q, k, v, mask, scale=scale)
+        return _nan_where_every_score_is_minus_inf(out, q, k, mask, scale)
     return blocked_window(q, k, v, half, causal, key_mask, block_size, scale)
+
+
+def _nan_where_every_score_is_minus_inf(out, q, k, mask, scale) -> torch.Tensor:
+    """NaN for a row that sees keys but whose every visible score is -inf (an inf in q or k).
+
+    Its softmax is 0/0: the readable path (and the blocked and fused kernels) give NaN, but
+    PyTorch's SDPA gives such a row zeros, a plausible wrong number. Only rows SDPA left exactly
+    zero can be such rows, so only their scores are computed, one (batch, head) at a time."""
+    silent = (out == 0).all(-1)  # (B, H, L)
+    if not silent.any():
+        return out
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    mask = mask.expand(*out.shape[:2], *mask.shape[-2:])  # (B, H, L, L)
+    poisoned = torch.zeros_like(silent)
+    for b, h in silent.nonzero()[:, :2].unique(dim=0).tolist():
+        rows = silent[b, h].nonzero().squeeze(-1)  # (n,)
+        scores = (q[b, h, rows] @ k[b, h].transpose(-1, -2)) * scale  # (n, d) @ (d, L) -> (n, L)
+        seen = mask[b, h, rows]  # (n, L)
+        poisoned[b, h, rows] = seen.any(-1) & ~(seen & (scores > float("-inf"))).any(-1)
+    return out.masked_fill(poisoned[..., None], float("nan"))
