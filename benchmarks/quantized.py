@@ -11,6 +11,9 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 * int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
 * int4        - the float32 model after ``quantize(model, 4)`` (q4_1 blocks, our quantizer);
 * int4 (file) - ``load_smollm2_quantized``: the file's own Q4_1 blocks (and Q8_0 embedding), kept;
+* int8 x8, int4 (file) x8 - the same weights with ``activations="int8"``: x quantized per block of
+                32 inside the kernel (llama.cpp's Q8_0 activations), integer dot products (VNNI).
+                Their prefill, and so their perplexity, is the weight-only rows' (float x): not repeated;
 * transformers - its ``generate`` on the model it reads from the same GGUF (float32);
 * llama.cpp   - ``llama-cpp-python`` on the same GGUF file (skipped when it is not installed:
                 ``pip install llama-cpp-python`` builds it from source, a few minutes).
@@ -23,6 +26,10 @@ Greedy agreement: the share of the 64 greedy tokens equal to float32's. Caveat: 
 float32 weights are the file's 4-bit weights decoded, so its int4 rows measure re-quantization
 of a 4-bit grid, not of a float model; the book GPT rows are the true float-to-int measurement.
 
+One matrix-vector product per SmolLM2 shape (the tied 49,152 x 576 head and each layer's
+matrices), float32 BLAS beside each kernel, medians taken in turns in one run: microseconds and
+GB/s of weights read, the roofline numbers of each kernel.
+
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
 its load average) for chapter 19. Run it on a quiet machine.
 """
@@ -32,6 +39,7 @@ import argparse
 import copy
 import importlib.util
 import math
+import os
 import statistics
 import sys
 import time
@@ -47,8 +55,9 @@ from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
-from transformer_lib.quantization import (kernel_available, load_smollm2_quantized, quantize,  # noqa: E402
-                                          simd_available, weight_bytes)
+from transformer_lib.quantization import (kernel_available, load_smollm2_quantized, matvec,  # noqa: E402
+                                          quantize, quantize_blocks, simd_available, vnni_available,
+                                          weight_bytes)
 from transformer_lib.sampling import generate_ids  # noqa: E402
 from transformer_lib.training import evaluate_lm  # noqa: E402
 
@@ -85,6 +94,32 @@ def llama_cpp_generator(path: Path, threads: int):
     return run, llama_cpp.__version__
 
 
+def matvec_table(repeat: int) -> dict:
+    """Batch-1 products for SmolLM2's shapes: float32 (x @ W^T), each kernel, medians taken in turns."""
+    g = torch.Generator().manual_seed(0)
+    table = {}
+    for N, K in [(49152, 576), (1536, 576), (576, 1536), (576, 576), (192, 576)]:
+        w = torch.randn(N, K, generator=g) * 0.05
+        x = torch.randn(1, K, generator=g)
+        b8, b4 = quantize_blocks(w, 8), quantize_blocks(w, 4)
+        runs = {"float32": (lambda: x @ w.T, N * K * 4),
+                "q8_0": (lambda: matvec(x, b8, "q8_0"), b8.numel()),
+                "q8_0 x8": (lambda: matvec(x, b8, "q8_0", activations="int8"), b8.numel()),
+                "q4_1": (lambda: matvec(x, b4, "q4_1"), b4.numel()),
+                "q4_1 x8": (lambda: matvec(x, b4, "q4_1", activations="int8"), b4.numel())}
+        times = {k: [] for k in runs}
+        for f, _ in runs.values():
+            f()  # warm-up
+        for _ in range(repeat):
+            for k, (f, _) in runs.items():
+                t = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t)
+        table[f"{N}x{K}"] = {k: {"us": round(1e6 * statistics.median(times[k]), 1),
+                                 "GB_per_s": round(runs[k][1] / statistics.median(times[k]) / 1e9, 2)} for k in runs}
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="16 new tokens, one round, 512 tokens of text")
@@ -98,13 +133,17 @@ def main() -> None:
     new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
     rounds, text_tokens = (1, 512) if args.quick else (args.rounds, 2048)
     ok, why = kernel_available()
-    print(f"# kernel: {'built' if ok else 'NOT built (' + why + ')'}; AVX-512 path: {simd_available()}")
+    print(f"# kernel: {'built' if ok else 'NOT built (' + why + ')'}; AVX-512 path: {simd_available()}; "
+          f"VNNI (int8 x) path: {vnni_available()}")
 
     dense = load_smollm2("cpu")
     encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
     prompt = encode(TEXT * 4)[:prompt_len]
     models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
-              "int4": quantize(copy.deepcopy(dense.model), 4), "int4 (file)": load_smollm2_quantized("cpu").model}
+              "int4": quantize(copy.deepcopy(dense.model), 4), "int4 (file)": load_smollm2_quantized("cpu").model,
+              "int8 x8": quantize(copy.deepcopy(dense.model), 8, activations="int8"),
+              "int4 (file) x8": load_smollm2_quantized("cpu", activations="int8").model}
+    x8 = ("int8 x8", "int4 (file) x8")  # their perplexity is the weight-only rows' (prefill: float x)
 
     path = smollm2_gguf_path()
     tf_version = None
@@ -142,12 +181,13 @@ def main() -> None:
     x1 = torch.randn(1, head.shape[1])
     t_head = median_time(lambda: x1 @ head.T, repeat=7)
     gemv = {"float32": {"ms": 1e3 * t_head, "MB": head.numel() * 4 / 1e6}}
-    for name in ("int8", "int4 (file)"):
+    for name in ("int8", "int4 (file)") + x8:
         layer = models[name].embed.head
         t = median_time(lambda: layer(x1), repeat=7)
         gemv[name] = {"ms": 1e3 * t, "MB": layer.blocks.numel() / 1e6}
     for g in gemv.values():
         g["GB_per_s"] = g["MB"] / 1e3 / (g["ms"] / 1e3)
+    shapes = matvec_table(repeat=3 if args.quick else 15)
     long_prompt = torch.tensor([encode(TEXT * 8)[:256]])
     prefill = {}
     for name in ("float32", "int4 (file)"):
@@ -156,7 +196,7 @@ def main() -> None:
         prefill[name] = long_prompt.shape[1] / t
 
     ids = held_out_ids(encode, text_tokens)
-    ppl = {name: perplexity(m, ids, context) for name, m in models.items()}
+    ppl = {name: perplexity(m, ids, context) for name, m in models.items() if name not in x8}
     gpt, gpt_tok, _ = load_gpt_checkpoint()
     gpt_ids = torch.tensor(gpt_tok.encode(split_paragraphs(load_corpus())[1]), dtype=torch.long)
     gpt_ctx = min(128, gpt.pos.max_len if hasattr(gpt, "pos") and hasattr(gpt.pos, "max_len") else 128)
@@ -171,7 +211,7 @@ def main() -> None:
         agree = sum(a == b for a, b in zip(tokens[name], tokens["float32"])) / new_tokens
         row = {"generator": name, "tokens_per_s": round(tok_s[name], 2), "vs_float32": round(tok_s[name] / base, 2),
                "greedy_agreement": round(agree, 3)}
-        if name in models:
+        if name in ppl:
             row["weight_MB"] = round(weight_bytes(models[name]) / 1e6, 1)
             row["perplexity"] = round(ppl[name], 4)
             row["perplexity_change_pct"] = round(100 * (ppl[name] / ppl["float32"] - 1), 3)
@@ -194,12 +234,20 @@ def main() -> None:
     print("# one matrix-vector product with the 49,152 x 576 head (batch 1):")
     for name, g in gemv.items():
         print(f"{name:<14}{g['ms']:>8.2f} ms {g['MB']:>7.1f} MB {g['GB_per_s']:>6.1f} GB/s")
+    print("# one matrix-vector product per SmolLM2 shape, batch 1, medians in turns (us; GB/s of weights read):")
+    kinds = list(next(iter(shapes.values())))
+    print(f"{'N x K':<12}" + "".join(f"{k:>20}" for k in kinds))
+    for shape, row in shapes.items():
+        print(f"{shape:<12}" + "".join(f"{row[k]['us']:>11.1f}{row[k]['GB_per_s']:>7.1f}GB/s" for k in kinds))
     print("# prefill of 256 tokens: " + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in prefill.items()))
-    targets = {"int8_speedup": tok_s["int8"] / base, "int4_speedup": tok_s["int4 (file)"] / base}
+    best8 = max(("int8", "int8 x8"), key=tok_s.get)
+    best4 = max(("int4 (file)", "int4 (file) x8"), key=tok_s.get)
+    targets = {"int8_speedup": tok_s[best8] / base, "int4_speedup": tok_s[best4] / base,
+               "int8_weight_only_speedup": tok_s["int8"] / base, "int4_weight_only_speedup": tok_s["int4 (file)"] / base}
     if "llama.cpp" in tok_s:
-        targets["llama_cpp_over_int4"] = tok_s["llama.cpp"] / tok_s["int4 (file)"]
-    print("targets: int8 >= 2x: {:.2f}x; int4 >= 3x: {:.2f}x; llama.cpp / int4 <= 1.5: {}".format(
-        targets["int8_speedup"], targets["int4_speedup"],
+        targets["llama_cpp_over_int4"] = tok_s["llama.cpp"] / tok_s[best4]
+    print("targets: int8 >= 2x: {:.2f}x ({}); int4 >= 3x: {:.2f}x ({}); llama.cpp / int4 <= 1.5: {}".format(
+        targets["int8_speedup"], best8, targets["int4_speedup"], best4,
         f"{targets['llama_cpp_over_int4']:.2f}" if "llama_cpp_over_int4" in targets else "n/a"))
     if not args.no_write:
         write_results("quantized", {
@@ -211,6 +259,7 @@ def main() -> None:
                         "gpt_perplexity_tokens": len(gpt_ids), "gpt_perplexity_context": gpt_ctx},
             "rows": rows, "book_gpt_rows": gpt_rows,
             "head_gemv": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in gemv.items()},
+            "matvec_us": shapes, "load_1min_after": round(os.getloadavg()[0], 2),
             "prefill_tokens": long_prompt.shape[1], "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()}, "targets": {k: round(v, 3) for k, v in targets.items()}})
 
 
