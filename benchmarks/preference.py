@@ -1,0 +1,161 @@
+"""Preference tuning: DPO's beta sweep over seeds, and plain fine-tuning on the chosen answers
+(SFT) beside it, on the book's own GPT (issue 28, chapter 22).
+
+    nice -n 10 .venv/bin/python benchmarks/preference.py            # 4 betas + SFT, 3 seeds (~4 CPU-minutes)
+    .venv/bin/python benchmarks/preference.py --quick               # 2 betas + SFT, 1 seed, 40 steps
+
+Setting: the reference is chapter 16's GPT (``load_gpt_checkpoint``, 170k parameters, trained on
+the book's prose), frozen. Prompts: the first 4 tokens of every sentence of the training prose
+(``sentence_prompts``); held-out prompts from the validation prose. Pairs: for each prompt the
+reference samples two 16-token answers at temperature 1; the judge prefers the one in which a
+smaller share of the letters is "e" (``letter_share``), ties dropped. Each seed draws its own
+pairs and batches. Training: ``train_dpo`` (or ``train_sft``) from the reference's weights,
+``--steps`` steps of 16 pairs, AdamW lr 1e-3, dropout off.
+
+Measured per run: the DPO loss, reward margin and preference accuracy on the training pairs and
+on held-out pairs every 10 steps; after training, on the held-out prompts (each answered twice):
+the win rate of the tuned model's samples over the reference's (same judge, ties half), the mean
+e-share of its samples, the KL to the reference estimated on its own samples (mean of
+log pi - log pi_ref per 16-token answer, in nats) and the perplexity on the held-out prose (the
+cost on what the model could do). It prints a table, asserts nothing, and writes
+benchmarks/results/preference.json for chapter 22.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from _results import describe, machine, write_results  # noqa: E402
+
+from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
+from transformer_lib.preference import (letter_share, make_pairs, sentence_prompts, sequence_logprobs,  # noqa: E402
+                                        train_dpo, train_sft, win_rate)
+from transformer_lib.sampling import generate  # noqa: E402
+from transformer_lib.training import evaluate_lm, perplexity  # noqa: E402
+
+PROMPT_TOKENS, ANSWER_TOKENS, BATCH, LR, EVAL_EVERY = 4, 16, 16, 1e-3, 10
+
+
+def judge(text: str) -> float:
+    """Higher is preferred: minus the share of the letters that are e."""
+    return -letter_share(text)
+
+
+@torch.no_grad()
+def evaluate_samples(policy, reference, prompts, decode, seed: int) -> dict:
+    """Win rate, e-share and KL (on the policy's own samples) over held-out prompts, each twice."""
+    both = torch.cat([prompts, prompts])  # (2N, P)
+    ours = generate(policy.eval(), both, ANSWER_TOKENS, temperature=1.0, seed=seed)  # (2N, P + n)
+    theirs = generate(reference.eval(), both, ANSWER_TOKENS, temperature=1.0, seed=seed)
+    ours_s = [judge(decode(r[PROMPT_TOKENS:].tolist())) for r in ours]
+    theirs_s = [judge(decode(r[PROMPT_TOKENS:].tolist())) for r in theirs]
+    mask = torch.zeros_like(ours, dtype=torch.bool)
+    mask[:, PROMPT_TOKENS:] = True
+    kl = (sequence_logprobs(policy(ours), ours, mask) - sequence_logprobs(reference(ours), ours, mask)).mean()
+    return {"win_rate": win_rate(ours_s, theirs_s), "e_share": -statistics.fmean(ours_s),
+            "reference_e_share": -statistics.fmean(theirs_s), "kl": kl.item()}
+
+
+def run(method: str, beta: float | None, seed: int, steps: int, data: dict) -> dict:
+    reference, tok = data["reference"], data["tok"]
+    pairs = make_pairs(reference, data["train_prompts"], ANSWER_TOKENS, judge, tok.decode, seed=seed)
+    eval_pairs = make_pairs(reference, data["val_prompts"], ANSWER_TOKENS, judge, tok.decode, seed=1000 + seed)
+    policy = copy.deepcopy(reference)
+    start = time.perf_counter()
+    if method == "dpo":
+        history = train_dpo(policy, reference, pairs, beta, steps, BATCH, LR, seed, eval_pairs, EVAL_EVERY)
+    else:
+        history = train_sft(policy, pairs, steps, BATCH, LR, seed)
+    seconds = time.perf_counter() - start
+    out = {"method": method, "beta": beta, "seed": seed, "pairs": len(pairs), "eval_pairs": len(eval_pairs),
+           "seconds": seconds, "history": {k: v for k, v in history.items() if k != "batch_loss"}}
+    if method == "sft":  # the preference metrics of the SFT model, read with DPO's beta = 0.1
+        from transformer_lib.preference import preference_metrics
+        out["eval_accuracy"] = preference_metrics(policy, reference, eval_pairs, 0.1)["accuracy"]
+    else:
+        out["eval_accuracy"] = history["eval_accuracy"][-1]
+    out.update(evaluate_samples(policy, reference, data["val_prompts"], tok.decode, seed=2000 + seed))
+    out["val_perplexity"] = perplexity(evaluate_lm(policy, data["val_ids"], 64))
+    return out
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    rows = []
+    for key in dict.fromkeys((r["method"], r["beta"]) for r in runs):
+        group = [r for r in runs if (r["method"], r["beta"]) == key]
+        row = {"method": key[0], "beta": key[1], "seeds": len(group)}
+        for name in ("win_rate", "e_share", "kl", "val_perplexity", "eval_accuracy", "seconds"):
+            values = [r[name] for r in group]
+            row[name] = statistics.fmean(values)
+            row[name + "_sd"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        rows.append(row)
+    return rows
+
+
+def save(args, steps, betas, seeds, reference_ppl, data, runs, complete: bool) -> list[dict]:
+    rows = summarize(runs)
+    write_results("preference", {
+        "settings": {"steps": steps, "batch_size": BATCH, "lr": LR, "prompt_tokens": PROMPT_TOKENS,
+                     "answer_tokens": ANSWER_TOKENS, "eval_every": EVAL_EVERY, "betas": betas,
+                     "seeds": list(seeds), "quick": args.quick, "threads": args.threads, "complete": complete},
+        "reference": {"val_perplexity": reference_ppl,
+                      "train_prompts": len(data["train_prompts"]), "val_prompts": len(data["val_prompts"])},
+        "rows": rows, "runs": runs})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 betas, 1 seed, 40 steps")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    betas = [0.1, 1.0] if args.quick else [0.03, 0.1, 0.3, 1.0]
+    seeds = list(range(1 if args.quick else args.seeds))
+    steps = 40 if args.quick else args.steps
+
+    reference, tok, _ = load_gpt_checkpoint()
+    train_text, val_text = split_paragraphs(load_corpus())
+    data = {"reference": reference, "tok": tok,
+            "train_prompts": sentence_prompts(train_text, tok.encode, PROMPT_TOKENS),
+            "val_prompts": sentence_prompts(val_text, tok.encode, PROMPT_TOKENS),
+            "val_ids": torch.tensor(tok.encode(val_text), dtype=torch.long)}
+    reference_ppl = perplexity(evaluate_lm(reference, data["val_ids"], 64))
+    runs = []
+    for seed in seeds:
+        for beta in betas:
+            runs.append(run("dpo", beta, seed, steps, data))
+            print(f"dpo beta={beta:<5} seed={seed}: win {runs[-1]['win_rate']:.3f}, kl {runs[-1]['kl']:.2f}, "
+                  f"ppl {runs[-1]['val_perplexity']:.1f} ({runs[-1]['seconds']:.0f} s)", flush=True)
+        runs.append(run("sft", None, seed, steps, data))
+        print(f"sft            seed={seed}: win {runs[-1]['win_rate']:.3f}, kl {runs[-1]['kl']:.2f}, "
+              f"ppl {runs[-1]['val_perplexity']:.1f}", flush=True)
+        if seed != seeds[-1]:  # a partial file after each seed, so an interrupted run leaves its seeds
+            save(args, steps, betas, seeds[: seed + 1], reference_ppl, data, runs, complete=False)
+    rows = save(args, steps, betas, seeds, reference_ppl, data, runs, complete=True)
+    info = machine()
+    print(f"\nPreference tuning of the book GPT, {steps} steps of {BATCH} pairs ({describe(info)}); "
+          f"reference: held-out perplexity {reference_ppl:.1f}")
+    print(f"{'method':<8}{'beta':>6}{'win rate':>16}{'e share':>10}{'KL (nats)':>16}{'perplexity':>16}"
+          f"{'held-out acc':>14}")
+    for r in rows:
+        beta = "" if r["beta"] is None else f"{r['beta']:g}"
+        print(f"{r['method']:<8}{beta:>6}{r['win_rate']:>9.3f} ± {r['win_rate_sd']:.3f}{r['e_share']:>10.3f}"
+              f"{r['kl']:>9.2f} ± {r['kl_sd']:.2f}{r['val_perplexity']:>9.1f} ± {r['val_perplexity_sd']:.1f}"
+              f"{r['eval_accuracy']:>14.3f}")
+
+
+if __name__ == "__main__":
+    main()
