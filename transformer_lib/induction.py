@@ -317,7 +317,7 @@ def load_induction_run(layers: int = 2):
     from pathlib import Path
 
     from .model import DecoderOnlyLM
-    check_choice("layers", str(layers), ("1", "2"))
+    check_int("layers", layers, 1, 2)
     path = Path(__file__).resolve().parent / "data" / "induction_runs.pt"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run benchmarks/induction.py")
