@@ -20,7 +20,8 @@ Per method and seed: test accuracy, trainable parameters, median seconds per tra
 forgetting: ``finetune.similarity_agreement`` between the pretrained and the tuned encoder's
 cosine similarities of ``--sim`` validation sentences (1.0 = the similarity ranking is kept).
 Seeds change the head's initialisation, dropout and the batch order, not the data. Then the
-learning-rate x epochs grid (top 2 layers, seed 0, validation accuracy after each epoch).
+learning-rate x epochs grid (``--grid-method``: top 2 layers by default, or the head; seed 0;
+validation accuracy after each epoch).
 
 It prints tables, asserts nothing, and writes benchmarks/results/finetune.json after each method
 (a run that is stopped still leaves what it measured).
@@ -102,6 +103,7 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--grid-lrs", type=float, nargs="*", default=[3e-5, 3e-4, 3e-3])
+    p.add_argument("--grid-method", default="top 2 layers", choices=["head", "top 2 layers"])
     p.add_argument("--methods", nargs="*", default=["logistic regression", *METHODS])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="finetune", help="results name: benchmarks/results/<out>.json")
@@ -198,9 +200,9 @@ def main(argv=None) -> None:
                   f"agreement {agree[-1]:.3f}, loss {run['history'][-1]['loss']:.3f}  ({time.time() - t_start:.0f} s)")
 
     if a.grid_lrs:
-        grid = {"method": "top 2 layers", "lrs": a.grid_lrs, "epochs": list(range(1, a.epochs + 2)), "val_accuracy": []}
+        grid = {"method": a.grid_method, "lrs": a.grid_lrs, "epochs": list(range(1, a.epochs + 2)), "val_accuracy": []}
         for lr in a.grid_lrs:
-            model, start = make_model(lm, "top 2 layers", 0)
+            model, start = make_model(lm, a.grid_method, 0)
             hist = ft.train_classifier(model, cache["train"][start], tr_m, tr_y, lr=lr, epochs=a.epochs + 1,
                                        seed=0, start_layer=start,
                                        evaluate=lambda mdl: ft.accuracy(ft.predict(mdl, cache["val"][start], va_m,
