@@ -7,7 +7,6 @@ shipped data split against its stated properties (disjoint, stable, stratified).
 import csv
 import hashlib
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -243,6 +242,8 @@ def test_bad_inputs_raise_errors_naming_the_argument(lm, batch):
          "attention_mask"),
         (lambda: ft.train_classifier(model, ids, mask * 0, LABELS, lr=1e-3, epochs=1), ValueError, "attention_mask"),
         (lambda: ft.train_classifier(model, ids.tolist(), mask, LABELS, lr=1e-3, epochs=1), TypeError, "tokens"),
+        (lambda: ft.train_classifier(model, ids, mask, LABELS, lr=1e-3, epochs=1, start_layer=6), ValueError,
+         "start_layer"),
         (lambda: ft.accuracy(torch.zeros(3), LABELS), ValueError, "logits"),
         (lambda: ft.spearman(torch.zeros(2), torch.zeros(2)), ValueError, "a and b"),
         (lambda: ft.similarity_agreement(torch.zeros(4, 3), torch.zeros(5, 3)), ValueError, "before"),

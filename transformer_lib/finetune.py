@@ -152,6 +152,9 @@ def train_classifier(model: SentenceClassifier, inputs: torch.Tensor, attention_
         raise ValueError("model has no trainable parameter: call set_trainable first")
     if start_layer is not None:
         check_int("start_layer", start_layer, 0, len(model.encoder.blocks))
+    if (start_layer is None) != (inputs.dim() == 2):
+        raise ValueError("inputs must be token ids (N, L) without start_layer, or the frozen_states "
+                         f"(N, L, D) with it; got shape {tuple(inputs.shape)} and start_layer={start_layer}")
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the head's dropout
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
