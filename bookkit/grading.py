@@ -8,8 +8,9 @@ could replace a cell earlier. Here the grade is decided in a different process:
   it no network, a read-only view of the interpreter and of ``transformer_lib`` only (no course
   directory, no gradebook, no other submission, no repository checkout), its own empty ``/tmp``
   and working directory, the unprivileged uid 65534 with no capabilities, ``PYTHONSAFEPATH=1``,
-  an address-space and CPU-time limit, and a pid namespace that dies with it (a forked process
-  cannot outlive the grading). ZMQ talks to it over ``ipc`` sockets in a folder bound into the
+  an address-space, CPU-time and process-count limit (:mod:`bookkit.process_limit`: a fork
+  bomb fails at the cap), and a pid namespace that dies with it (a forked process cannot
+  outlive the grading). ZMQ talks to it over ``ipc`` sockets in a folder bound into the
   sandbox: TCP loopback does not cross ``--unshare-net``.
 - a **graded cell is never run in the kernel**. :class:`SandboxedExecute` (nbgrader's ``Execute``
   replaced in ``Autograde.autograde_preprocessors``) reads the cell's answer expression, asks the
@@ -29,6 +30,7 @@ its CPU share until the time limit).
 """
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import re
@@ -40,9 +42,12 @@ import time
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
 from nbformat import v4
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, Unicode
+
+from bookkit.process_limit import ProcessGroup, joining_command, pids_root
 
 __all__ = ["NOBODY", "sandbox_command", "SandboxedKernelManager", "KernelFunction", "KernelError",
            "decode", "KERNEL_CALL", "SandboxedExecute", "bwrap_available"]
@@ -76,17 +81,19 @@ def _hidden_files() -> list[str]:
 
 
 def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str] = (),
-                    memory_bytes: int = 4 * 2**30, cpu_seconds: int = 900,
+                    memory_bytes: int = 4 * 2**30, cpu_seconds: int = 900, processes: int = 128,
                     env: dict[str, str] | None = None) -> list[str]:
     """``argv`` wrapped in bubblewrap: a new user, pid, net, ipc, uts and cgroup namespace, the
     system's ``/usr`` and ``/etc``, the interpreter and the library read-only, ``writable``
     folders bound at the same paths (so socket paths mean the same on both sides), a private
     ``/tmp`` with an empty home as working directory, only ``env`` in the environment, and
-    ``prlimit`` limits on address space (``memory_bytes``) and CPU time (``cpu_seconds``)."""
+    ``prlimit`` limits on address space (``memory_bytes``), CPU time (``cpu_seconds``) and
+    processes (``processes``: holds where the grader is not root, see :mod:`bookkit.process_limit`)."""
     if not isinstance(argv, (list, tuple)) or not argv:
         raise ValueError("argv must be a non-empty list of strings")
-    if memory_bytes <= 0 or cpu_seconds <= 0:
-        raise ValueError(f"memory_bytes and cpu_seconds must be positive, got {memory_bytes}, {cpu_seconds}")
+    if memory_bytes <= 0 or cpu_seconds <= 0 or processes <= 0:
+        raise ValueError(f"memory_bytes, cpu_seconds and processes must be positive, got {memory_bytes}, "
+                         f"{cpu_seconds}, {processes}")
     cmd = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/lib", "/lib32", "/lib64", "/sbin"):
@@ -108,7 +115,8 @@ def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str]
     cmd += ["--dir", "/tmp/home", "--chdir", "/tmp/home", "--clearenv"]
     for key, value in (env or {}).items():
         cmd += ["--setenv", key, value]
-    return cmd + ["--", "prlimit", f"--as={memory_bytes}", f"--cpu={cpu_seconds}", "--core=0", "--",
+    return cmd + ["--", "prlimit", f"--as={memory_bytes}", f"--cpu={cpu_seconds}", f"--nproc={processes}",
+                  "--core=0", "--",
                   *argv]
 
 
@@ -124,14 +132,22 @@ def kernel_environment() -> dict[str, str]:
     return env
 
 
+PRELOAD = "import numpy, torch, matplotlib, transformer_lib"
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel started inside :func:`sandbox_command`, reached over ``ipc`` sockets in
-    ``sandbox_dir/kernel`` (bound into the sandbox at the same path). Interrupts go as messages
-    (a signal would reach bwrap, not the kernel)."""
+    ``sandbox_dir/kernel`` (bound into the sandbox at the same path), in a control group of its
+    own with at most ``max_processes`` tasks where the machine allows one. Interrupts go as
+    messages (a signal would reach bwrap, not the kernel). ``preload`` runs as the kernel starts,
+    before any cell (the grader's own imports: a kernel started ahead of its submission has paid
+    for them before the submission's first cell)."""
 
     sandbox_dir = Unicode("", help="a private folder (0700) for the sockets and the calls' files")
     memory_bytes = Integer(4 * 2**30, help="address-space limit of the kernel process")
     cpu_seconds = Integer(900, help="CPU-time limit of the kernel process")
+    max_processes = Integer(128, help="processes and threads the kernel may have at once")
+    preload = Unicode(PRELOAD, help="Python run as the kernel starts, before any cell")
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -139,6 +155,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             raise ValueError("SandboxedKernelManager needs sandbox_dir")
         self.transport = "ipc"
         self.connection_file = os.path.join(self.kernel_folder, "kernel.json")
+        self.process_group: ProcessGroup | None = None
 
     @property
     def kernel_folder(self) -> str:
@@ -155,9 +172,57 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         argv = super().format_kernel_cmd(extra_arguments)
-        return sandbox_command(argv, writable=[self.kernel_folder], readonly=[self.inbox],
-                               memory_bytes=self.memory_bytes, cpu_seconds=self.cpu_seconds,
-                               env=kernel_environment())
+        if self.preload:
+            argv = [*argv, f"--IPKernelApp.exec_lines={self.preload}"]
+        cmd = sandbox_command(argv, writable=[self.kernel_folder], readonly=[self.inbox],
+                              memory_bytes=self.memory_bytes, cpu_seconds=self.cpu_seconds,
+                              processes=self.max_processes, env=kernel_environment())
+        parent = pids_root()
+        if parent is None:
+            if os.geteuid() == 0:
+                self.log.warning("no control group with a pids controller can be made here: a fork bomb "
+                                 "is bounded only by the pid namespace and the machine's own limits")
+            return cmd
+        self.process_group = ProcessGroup(parent, self.max_processes)
+        return joining_command(cmd, self.process_group)
+
+    def kill_now(self) -> int:
+        """End the kernel (SIGKILL to bwrap; the pid namespace takes everything in it along),
+        then everything left in its control group, and remove its folder; returns :meth:`release`'s count."""
+        process = getattr(self.provisioner, "process", None) if self.provisioner else None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        return self.release()
+
+    def release(self) -> int:
+        """Remove the control group and the sandbox folder; returns how many forks the cap refused."""
+        refused = 0
+        if self.process_group is not None:
+            refused = self.process_group.refused_forks()
+            self.process_group.close()
+            self.process_group = None
+        shutil.rmtree(self.sandbox_dir, ignore_errors=True)
+        return refused
+
+
+# Kernels started ahead for the next submissions of this autograde process, by configuration:
+# each was started for no one, and each is used by one submission only.
+_SPARES: dict[tuple, list[SandboxedKernelManager]] = {}
+
+
+def _new_sandbox() -> str:
+    folder = tempfile.mkdtemp(prefix="tlib-grade-")
+    os.mkdir(os.path.join(folder, "kernel"), 0o700)
+    os.mkdir(os.path.join(folder, "in"), 0o700)
+    return folder
+
+
+@atexit.register
+def _end_spares() -> None:
+    for spares in _SPARES.values():
+        while spares:
+            spares.pop().kill_now()
 
 
 # -- what runs in the kernel ------------------------------------------------------------------------
@@ -328,31 +393,79 @@ class SandboxedExecute(Execute):
     require_sandbox = Bool(True, help="refuse to grade when bwrap is missing").tag(config=True)
     notebook_timeout = Integer(1200, help="seconds a whole submission may take; later cells are skipped").tag(config=True)
     probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
+    max_processes = Integer(128, help="processes and threads a submission's kernel may have at once "
+                                      "(a fork bomb fails at this cap)").tag(config=True)
+    # off by default: in one benchmark run under heavy load (load average ~20) a kernel started
+    # ahead lost one cell's reply after eight good submissions, and the cause is not yet known
+    prestart = Integer(0, help="kernels started ahead for the next submissions of this process: their "
+                               "start and imports overlap this submission's cells").tag(config=True)
+    # the outputs are collected when the last cell ends: a graceful shutdown would only wait for
+    # the kernel's interpreter to tear itself down (about 3 s a submission, measured)
+    shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         if self.require_sandbox and not bwrap_available():
             raise RuntimeError("bwrap is not installed: run `make sandbox-deps` (Debian's bubblewrap)")
-        self._sandbox = tempfile.mkdtemp(prefix="tlib-grade-")
-        os.mkdir(os.path.join(self._sandbox, "kernel"), 0o700)
-        os.mkdir(os.path.join(self._sandbox, "in"), 0o700)
+        self._manager = None
         self._calls, self._unresponsive = 0, False
         self.timings = {"kernel_start": None, "cells": 0.0, "checks": 0.0}
         self._start = time.perf_counter()
         try:
             return super().preprocess(nb, resources, km)
         finally:
-            shutil.rmtree(self._sandbox, ignore_errors=True)
+            refused = self._manager.kill_now() if self._manager is not None else 0
+            if refused:
+                self.log.warning("the submission's kernel was refused %d forks at its cap of %d processes",
+                                 refused, self.max_processes)
             t = self.timings
             self.log.info("sandboxed grading: kernel start %.2f s, notebook cells %.2f s, checks %.2f s "
                           "(%d calls into the kernel)", t["kernel_start"] or 0.0, t["cells"], t["checks"], self._calls)
 
+    def _kernel_key(self) -> tuple:
+        return (self.kernel_name, self.memory_bytes, self.cpu_seconds, self.max_processes,
+                tuple(self._kernel_arguments()))
+
+    def _kernel_arguments(self) -> list[str]:
+        """What nbclient passes to a kernel it starts (``async_start_new_kernel``)."""
+        history = any(a.startswith("--HistoryManager.hist_file") for a in self.extra_arguments)
+        return [*self.extra_arguments] + ([] if history else [f"--HistoryManager.hist_file={self.ipython_hist_file}"])
+
+    def _new_manager(self) -> SandboxedKernelManager:
+        return SandboxedKernelManager(kernel_name=self.kernel_name, config=self.config, sandbox_dir=_new_sandbox(),
+                                      memory_bytes=self.memory_bytes, cpu_seconds=self.cpu_seconds,
+                                      max_processes=self.max_processes)
+
     def create_kernel_manager(self):
+        """A kernel started ahead (already importing, never used) when one is waiting, else a new
+        manager that nbclient starts."""
         if not self.kernel_name:
             self.kernel_name = self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
-        self.km = SandboxedKernelManager(kernel_name=self.kernel_name, config=self.config,
-                                         sandbox_dir=self._sandbox, memory_bytes=self.memory_bytes,
-                                         cpu_seconds=self.cpu_seconds)
+        spares = _SPARES.get(self._kernel_key(), [])
+        km = None
+        while spares and km is None:
+            km = spares.pop(0)
+            if km.provisioner is None or km.provisioner.process is None or km.provisioner.process.poll() is not None:
+                km.kill_now()  # it died waiting (killed from outside): start another
+                km = None
+        if km is not None:
+            self.log.info("a kernel started %.1f s ahead", time.perf_counter() - km.started)
+        self.km = self._manager = km or self._new_manager()
+        self._sandbox = self.km.sandbox_dir
         return self.km
+
+    async def async_start_new_kernel_client(self):
+        """The client of this submission's kernel; once it answers, the next submissions'
+        kernels are started (they boot while this one runs)."""
+        kc = await super().async_start_new_kernel_client()
+        spares = _SPARES.setdefault(self._kernel_key(), [])
+        while len(spares) < self.prestart:
+            km = self._new_manager()
+            await km.start_kernel(extra_arguments=self._kernel_arguments())
+            km.started = time.perf_counter()
+            spares.append(km)
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)  # nbclient binds its own otherwise
 
     def preprocess_cell(self, cell, resources, index):
         if self.timings["kernel_start"] is None:  # the kernel is up and has answered kernel_info
@@ -474,18 +587,25 @@ class SandboxedExecute(Execute):
 
 # -- a class at once ----------------------------------------------------------------------------------
 
-def autograde_class(course: str | Path, assignment: str, jobs: int = 2, students: list[str] | None = None,
-                    extra: list[str] = (), retries: int = 1) -> dict[str, dict]:
-    """Autograde every submission of ``assignment``, ``jobs`` nbgrader processes side by side.
+def autograde_class(course: str | Path, assignment: str, jobs: int = 1, students: list[str] | None = None,
+                    extra: list[str] = (), retries: int = 1, timeout: float | None = None) -> dict[str, dict]:
+    """Autograde every submission of ``assignment``: by default one ``nbgrader autograde`` process.
 
-    nbgrader grades one submission after another, and each ``nbgrader autograde`` process first
-    spends about 5 CPU-seconds importing nbgrader, torch and the checkers. So the class is dealt
-    into ``jobs`` groups, one process each (``--CourseDirectory.student_id_exclude`` leaves the
-    others to the other processes): two groups keep two cores busy, and the imports are paid
-    twice, not once per student. A submission whose grading failed (a kernel that did not start
-    under load, the gradebook locked by the other process) is graded again alone, ``retries``
-    times. Returns ``{student: {"seconds": its share of its group's wall time, "log": nbgrader's
-    log for it}}``."""
+    Where a class's grading time went (measured, :mod:`benchmarks.grading`): a process's start
+    (importing nbgrader, torch and the checkers, ~5 CPU-s), each kernel's start and imports, the
+    chapter's cells, and ~3 s a submission waiting for a kernel to shut down gracefully; and with
+    two processes, the shared SQLite gradebook: two writers can make SQLite refuse a lock at once
+    (it returns "database is locked" rather than wait where waiting could deadlock), nbgrader
+    stops the whole process on that error, and each of its remaining submissions is then graded
+    again in a process of its own (a new start each). So one process grades the
+    class (one import, one gradebook writer) and :class:`SandboxedExecute` kills a finished
+    kernel instead of waiting for it; it can also start the next submission's kernel while this
+    one runs (``prestart = 1``: the second core does the next kernel's imports; off by default,
+    see the trait). ``jobs > 1`` still
+    deals the class into that many processes (``--CourseDirectory.student_id_exclude``). A
+    submission whose grading failed is graded again alone, ``retries`` times. ``timeout``: seconds
+    a process may take (then it is killed, and its kernels with it). Returns
+    ``{student: {"seconds": its share of its process's wall time, "log": nbgrader's log for it}}``."""
     import subprocess
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -504,7 +624,7 @@ def autograde_class(course: str | Path, assignment: str, jobs: int = 2, students
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--force",
                                f"--CourseDirectory.student_id_exclude={others}", *extra],
-                              cwd=course, env=env, capture_output=True, text=True)
+                              cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
         seconds = (time.perf_counter() - start) / len(group)
         logs = _split_log(proc.stdout + proc.stderr, course / "submitted", assignment)
         failed = ("Removing failed assignment", "There was an error processing assignment")
@@ -540,15 +660,16 @@ def main(argv=None) -> int:
     import argparse
     import time
     parser = argparse.ArgumentParser(prog="python -m bookkit.grading",
-                                     description="autograde every submission of an assignment, in parallel")
+                                     description="autograde every submission of an assignment "
+                                                 "(one nbgrader process by default)")
     parser.add_argument("assignment")
     parser.add_argument("--course", default=".", help="the course directory (with nbgrader_config.py)")
-    parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default 2)")
+    parser.add_argument("--jobs", type=int, default=1, help="nbgrader processes side by side (default 1)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     graded = autograde_class(args.course, args.assignment, args.jobs)
     print(f"autograded {len(graded)} submissions of {args.assignment} in {time.perf_counter() - start:.1f} s "
-          f"({args.jobs} at a time)")
+          f"({args.jobs} process{'es' if args.jobs > 1 else ''})")
     return 0
 
 

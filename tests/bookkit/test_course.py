@@ -252,7 +252,7 @@ def _orphans() -> list[int]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """The course written by bookkit.course, both assignments released, submitted and autograded
-    (bookkit.grading.autograde_class: two submissions at a time, as nbgrader autograde --student)."""
+    (bookkit.grading.autograde_class: one nbgrader autograde process for the class)."""
     if not grading.bwrap_available():
         pytest.skip("bwrap missing: make sandbox-deps")
     root = tmp_path_factory.mktemp("course")
@@ -272,11 +272,11 @@ def graded(tmp_path_factory):
     gradebook_inode = (root / "gradebook.db").stat().st_ino
     for name in ASSIGNMENTS:
         start = time.perf_counter()
-        result = grading.autograde_class(root, name, jobs=2, extra=[f"--SandboxedExecute.call_timeout={CALL_TIMEOUT}",
-                                                                   f"--SandboxedExecute.timeout={CELL_TIMEOUT}"])
+        result = grading.autograde_class(root, name, extra=[f"--SandboxedExecute.call_timeout={CALL_TIMEOUT}",
+                                                           f"--SandboxedExecute.timeout={CELL_TIMEOUT}"])
         times[f"autograde {name}"] = time.perf_counter() - start
         logs[name] = {s: r["log"] for s, r in result.items()}
-        print(f"\nautograde {name}: {times[f'autograde {name}']:.1f} s for {len(result)} submissions, 2 at a time")
+        print(f"\nautograde {name}: {times[f'autograde {name}']:.1f} s for {len(result)} submissions")
     orphans = _orphans()
     for pid in orphans:  # started through this test's submissions: stopped by their ids
         os.kill(pid, 9)

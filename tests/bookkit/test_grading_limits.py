@@ -1,0 +1,154 @@
+"""A fork bomb in a submission is stopped at the sandbox's process cap (bookkit/process_limit.py),
+scores nothing, and leaves the grader, the next submission and the machine working.
+
+Real nbgrader on chapter 1: one submission starts a fork bomb in its first answer cell (it keeps
+forking for a few seconds, ignoring every refused fork, so that only the cap can bound it),
+graded in the same ``nbgrader autograde`` process as the instructor's solutions. Bounded: the
+bomb stops itself after ``BOMB_SECONDS``, the cell limit is ``CELL_TIMEOUT``, the whole autograde
+``AUTOGRADE_TIMEOUT``; what it started dies with its sandbox's pid namespace and its control group.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("nbgrader")
+from nbgrader.api import Gradebook  # noqa: E402
+
+from bookkit import course, grading, process_limit  # noqa: E402
+from bookkit.conventions import CHAPTERS  # noqa: E402
+
+ASSIGNMENT = "01-attention"
+EXERCISES = 4
+CAP = 64                 # processes and threads a kernel may have in this test
+BOMB_SECONDS = 6
+CELL_TIMEOUT = 60
+AUTOGRADE_TIMEOUT = 900
+MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
+FORK_BOMB = (f"import os, time\n_end = time.time() + {BOMB_SECONDS}\n"
+             "while time.time() < _end:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+BOUNDED_FORKS = ("import os, sys, time\nkids, refused = [], 0\n"
+                 "for _ in range(200):\n    try:\n        pid = os.fork()\n"
+                 "    except OSError:\n"
+                 "        refused += 1\n        continue\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+                 "    kids.append(pid)\nprint(len(kids), refused, flush=True)\n"
+                 "for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)\n")
+
+requires_cap = pytest.mark.skipif(
+    not grading.bwrap_available() or (os.geteuid() == 0 and process_limit.pids_root() is None),
+    reason="needs bwrap, and (as root) a writable pids control group")
+
+
+def _processes() -> int:
+    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
+def _groups() -> list[str]:
+    root = process_limit.pids_root()
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root else []
+
+
+def test_bad_caps_are_refused():
+    with pytest.raises(ValueError, match="processes"):
+        grading.sandbox_command(["true"], writable=[], processes=0)
+    with pytest.raises(ValueError, match="limit"):
+        process_limit.ProcessGroup(Path("/nonexistent"), 2)
+
+
+@requires_cap
+def test_forks_past_the_cap_are_refused_in_the_sandbox():
+    """200 forks asked for, at most CAP tasks granted (the interpreter itself is one), and the
+    group records the refusals; the group is gone afterwards."""
+    before = _groups()
+    cmd = grading.sandbox_command([sys.executable, "-c", BOUNDED_FORKS], writable=[], processes=CAP)
+    parent = process_limit.pids_root()
+    group = process_limit.ProcessGroup(parent, CAP) if parent else None
+    try:
+        proc = subprocess.run(process_limit.joining_command(cmd, group) if group else cmd,
+                              capture_output=True, text=True, timeout=120)
+        forked, refused = map(int, proc.stdout.split())
+        assert proc.returncode == 0, proc.stderr
+        assert forked < CAP and forked + refused == 200
+        if group:
+            assert group.refused_forks() >= refused
+    finally:
+        if group:
+            group.close()
+    assert _groups() == before
+
+
+@pytest.fixture(scope="module")
+def bombed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("forkbomb-course")
+    course.write_course(CHAPTERS, root, only=[ASSIGNMENT])
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               NBGRADER_EXCHANGE=str(root / "exchange"))
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
+                   cwd=root, env=env, check=True, capture_output=True, timeout=600)
+    release = nbformat.read(str(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), as_version=4)
+    source = nbformat.read(str(root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), as_version=4)
+    answers = [MARKERS.sub("", c.source) for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    for student in ("aforkbomb", "solutions"):  # graded in this order, in one process
+        nb = nbformat.from_dict(release)
+        cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        if student == "solutions":
+            for cell, answer in zip(cells, answers):
+                cell.source = answer
+        else:
+            cells[0].source = FORK_BOMB + cells[0].source
+        out = root / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        out.parent.mkdir(parents=True)
+        nbformat.write(nb, str(out))
+    groups_before, peak, done = _groups(), [_processes()], threading.Event()
+    baseline = peak[0]
+
+    def watch():  # the machine's process count while grading runs, every 0.2 s
+        while not done.wait(0.2):
+            peak.append(_processes())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    start = time.perf_counter()
+    try:
+        result = grading.autograde_class(
+            root, ASSIGNMENT, timeout=AUTOGRADE_TIMEOUT,
+            extra=[f"--SandboxedExecute.max_processes={CAP}", f"--SandboxedExecute.timeout={CELL_TIMEOUT}",
+                   "--SandboxedExecute.call_timeout=20"])
+    finally:
+        done.set()
+        watcher.join(5)
+    return {"root": root, "result": result, "seconds": time.perf_counter() - start, "baseline": baseline,
+            "peak": max(peak), "groups_before": groups_before}
+
+
+def _scores(root: Path, student: str) -> list[float]:
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.COURSE_ID) as gb:
+        sub = gb.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+        return [g.score for g in sorted(sub.grades, key=lambda g: g.name) if g.max_score]
+
+
+@requires_cap
+def test_a_fork_bomb_scores_zero_and_the_next_submission_is_graded(bombed):
+    assert _scores(bombed["root"], "aforkbomb") == [0] * EXERCISES
+    assert _scores(bombed["root"], "solutions") == [1] * EXERCISES
+
+
+@requires_cap
+def test_the_fork_bomb_hit_the_cap_and_the_machine_kept_its_processes(bombed):
+    log = bombed["result"]["aforkbomb"]["log"]
+    refused = re.search(r"refused (\d+) forks at its cap of (\d+) processes", log)
+    if process_limit.pids_root() is not None:  # the control group counted the refusals
+        assert refused and int(refused.group(1)) > 0 and int(refused.group(2)) == CAP, log[-2000:]
+    # at most two kernels at once (with SandboxedExecute.prestart the next one is already up), each
+    # capped; other users of the machine come and go, hence the margin
+    assert bombed["peak"] - bombed["baseline"] < 2 * CAP + 100
+    assert _groups() == bombed["groups_before"]  # every kernel's group removed
+    assert bombed["seconds"] < AUTOGRADE_TIMEOUT
