@@ -1,7 +1,7 @@
 """LoRA instruction tuning of SmolLM2-135M-Instruct on the JSON-answer task, and our LoRA's step
 time against peft's (chapter 21).
 
-    nice -n 10 .venv/bin/python benchmarks/lora.py            # the full run (~20 min on 2 idle cores)
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/lora.py   # the full run (9 min at load 16)
     .venv/bin/python benchmarks/lora.py --steps 4 --no-save    # a smoke run
 
 Writes ``transformer_lib/data/smollm2_lora_json.pt`` (the adapter, < 2 MB) and
@@ -76,14 +76,14 @@ def step_times(model_a, model_b, batch, repeats):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--alpha", type=float, default=16.0)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--accumulation", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per implementation")
-    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=10)
     ap.add_argument("--no-save", action="store_true", help="do not write the adapter or the results")
     args = ap.parse_args()
     torch.manual_seed(0)
