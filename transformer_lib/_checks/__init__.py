@@ -22,3 +22,4 @@ from .finetune import check_labelled_batch, check_training_settings  # noqa: F40
 from .export import check_export_args, check_onnx_path  # noqa: F401
 from .kv_cache import check_cache_sizes, check_new_cache  # noqa: F401
 from .preference import check_sequence_logprobs_args, check_dpo_args, check_scores, check_training_args  # noqa: F401
+from .lora import check_lora_linear, check_add_lora, check_lora_model  # noqa: F401
