@@ -186,3 +186,26 @@ def test_chat_example_bad_input(smol):
         instruct.chat_example(smol, "Hi", "  ")
     with pytest.raises(TypeError, match="prompt"):
         instruct.chat_example(smol, 3, "x")
+
+
+def test_the_committed_adapter_teaches_the_format_and_switches_off_exactly(smol):
+    """The chapter's adapter (benchmarks/lora.py): < 5 MB, loads onto SmolLM2's q/v matrices, makes a
+    held-out question come back as {"answer": ...}; switched off, the logits are the base model's."""
+    from pathlib import Path
+
+    from transformer_lib.lora import count_parameters, load_lora, lora_disabled, merge_lora
+
+    path = Path(instruct.__file__).parent / "data" / "smollm2_lora_json.pt"
+    assert path.stat().st_size < 5e6
+    question = [{"role": "user", "content": instruct.json_task(seed=0)[1][1][0]}]  # held out: "What is 14 minus 13?"
+    ids = smol.prompt_ids(question)
+    base_logits = smol.model(ids[None])
+    meta = load_lora(smol.model, path)
+    try:
+        assert meta["task"] == "json_answer" and count_parameters(smol.model)[0] == 30 * 8 * ((576 + 576) + (576 + 192))
+        assert instruct.follows_format(smol.generate(question, max_new_tokens=10))[0]
+        with lora_disabled(smol.model):
+            assert torch.equal(smol.model(ids[None]), base_logits)
+        assert not torch.allclose(smol.model(ids[None]), base_logits)
+    finally:
+        merge_lora(smol.model)  # leave the fixture a plain model (with the update folded in)
