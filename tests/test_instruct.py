@@ -197,12 +197,13 @@ def test_the_committed_adapter_teaches_the_format_and_switches_off_exactly(smol)
 
     path = Path(instruct.__file__).parent / "data" / "smollm2_lora_json.pt"
     assert path.stat().st_size < 5e6
-    question = [{"role": "user", "content": instruct.json_task(seed=0)[1][1][0]}]  # held out: "What is 14 minus 13?"
+    question = [{"role": "user", "content": instruct.json_task(seed=0)[1][1][0]}]  # held out: 14 minus 13
     ids = smol.prompt_ids(question)
     base_logits = smol.model(ids[None])
     meta = load_lora(smol.model, path)
     try:
-        assert meta["task"] == "json_answer" and count_parameters(smol.model)[0] == 30 * 8 * ((576 + 576) + (576 + 192))
+        assert meta["task"] == "json_answer"
+        assert count_parameters(smol.model)[0] == 30 * 8 * ((576 + 576) + (576 + 192))  # q and v of 30 blocks
         assert instruct.follows_format(smol.generate(question, max_new_tokens=10))[0]
         with lora_disabled(smol.model):
             assert torch.equal(smol.model(ids[None]), base_logits)
