@@ -1,12 +1,13 @@
 """How long grading a class takes: nbgrader autograde of chapter 1, sandboxed (bookkit/grading.py).
 
-    .venv/bin/python benchmarks/grading.py                  # 30 submissions, 1 and 2 at a time
-    .venv/bin/python benchmarks/grading.py --students 10 --jobs 2
+    .venv/bin/python benchmarks/grading.py                  # 30 submissions, one nbgrader process
+    .venv/bin/python benchmarks/grading.py --students 10 --jobs 1 2
 
 Writes a course for chapter 1 (bookkit.course) into a temporary folder, releases it, submits
 ``--students`` notebooks (a third the instructor's solutions, a third half solved, a third the
 untouched release: a class mid-term), and autogrades them all with
-``bookkit.grading.autograde_class`` for each ``--jobs``. Where one submission's time goes comes
+``bookkit.grading.autograde_class`` for each ``--jobs`` (nbgrader processes; each starts the
+next submission's kernel while grading one). Where one submission's time goes comes
 from the autograder's own log line (kernel start, notebook cells, checks) and the process's wall
 time (nbgrader's start, sanitising, the gradebook). Prints tables and writes
 ``benchmarks/results/grading.json``; the course guide prints the figures from there.
@@ -14,6 +15,7 @@ time (nbgrader's start, sanitising, the gradebook). Prints tables and writes
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -58,7 +60,7 @@ def submissions(root: Path, n: int) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--students", type=int, default=30)
-    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1])
     args = parser.parse_args(argv)
     if not grading.bwrap_available():
         print("bwrap is missing: make sandbox-deps")
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
         students = submissions(root, args.students)
         runs = []
         for jobs in args.jobs:
+            load_before = os.getloadavg()[0]
             start = time.perf_counter()
             graded = grading.autograde_class(root, ASSIGNMENT, jobs=jobs, students=students)
             total = time.perf_counter() - start
@@ -81,7 +84,8 @@ def main(argv=None) -> int:
                          "per_submission_s": round(statistics.median(per), 1),
                          "kernel_start_s": round(statistics.median(p[0] for p in phases), 2),
                          "cells_s": round(statistics.median(p[1] for p in phases), 2),
-                         "checks_s": round(statistics.median(p[2] for p in phases), 2)})
+                         "checks_s": round(statistics.median(p[2] for p in phases), 2),
+                         "load_1min_before": round(load_before, 2), "load_1min_after": round(os.getloadavg()[0], 2)})
             r = runs[-1]
             r["nbgrader_other_s"] = round(r["per_submission_s"] - r["kernel_start_s"] - r["cells_s"] - r["checks_s"], 1)
         ok = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", str(root / "grades.csv")],
@@ -92,10 +96,11 @@ def main(argv=None) -> int:
     info = __import__("json").loads(results.read_text())["machine"]
     print(f"\nautograde of {ASSIGNMENT} ({describe(info)})")
     print(f"{'jobs':>4} {'subs':>5} {'total s':>8} {'per sub s':>9} {'kernel start':>12} {'cells':>6} {'checks':>6} "
-          f"{'nbgrader rest':>13}")
+          f"{'nbgrader rest':>13} {'load':>11}")
     for r in runs:
         print(f"{r['jobs']:>4} {r['submissions']:>5} {r['total_s']:>8} {r['per_submission_s']:>9} "
-              f"{r['kernel_start_s']:>12} {r['cells_s']:>6} {r['checks_s']:>6} {r['nbgrader_other_s']:>13}")
+              f"{r['kernel_start_s']:>12} {r['cells_s']:>6} {r['checks_s']:>6} {r['nbgrader_other_s']:>13} "
+              f"{r['load_1min_before']:>5}-{r['load_1min_after']:<5}")
     return 0
 
 

@@ -395,8 +395,8 @@ class SandboxedExecute(Execute):
     probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
     max_processes = Integer(128, help="processes and threads a submission's kernel may have at once "
                                       "(a fork bomb fails at this cap)").tag(config=True)
-    # off by default: in one benchmark run under heavy load (load average ~20) a kernel started
-    # ahead lost one cell's reply after eight good submissions, and the cause is not yet known
+    # off by default for now: one kernel started ahead lost a cell's reply under heavy load, at the
+    # chapter-1 widget cell where a kernel started the ordinary way lost one too (course guide)
     prestart = Integer(0, help="kernels started ahead for the next submissions of this process: their "
                                "start and imports overlap this submission's cells").tag(config=True)
     # the outputs are collected when the last cell ends: a graceful shutdown would only wait for
