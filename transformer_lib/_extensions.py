@@ -10,10 +10,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
 import torch
+
+
+# torch's build lock: a process killed while it held it (a test timeout, ^C) leaves the file, and
+# every later load of the kernel waits on it for ever. No build here takes ten minutes.
+_STALE_LOCK_S = 600
+
+
+def _drop_stale_lock(name: str) -> None:
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory(f"{name}_{torch.__version__.split('+')[0].replace('.', '_')}", False)) / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > _STALE_LOCK_S:
+            lock.unlink()
+            warnings.warn(f"removed a stale build lock left by a killed process: {lock}", UserWarning, stacklevel=4)
+    except FileNotFoundError:
+        pass
 
 
 def build_ops(state: dict, key: str, *, name: str, source: Path, cflags: list[str], namespace: str,
@@ -29,6 +47,7 @@ def build_ops(state: dict, key: str, *, name: str, source: Path, cflags: list[st
                 os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
             from torch.utils.cpp_extension import load
 
+            _drop_stale_lock(name)
             # a plain shared library that registers the ops (no Python module, no Python.h)
             load(name=f"{name}_{torch.__version__.split('+')[0].replace('.', '_')}", sources=[str(source)],
                  extra_cflags=cflags, extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
