@@ -1,0 +1,70 @@
+"""Chapter 24 (A real model's circuits) exercises: the logit-difference metric, the logit lens of
+one layer, the normalised patching score. Each checker compares with the library's public
+functions (:mod:`transformer_lib.circuits`) on inputs built here."""
+import torch
+
+from ..circuits import logit_difference, normalized_score, unembed
+from ..pretrained.llama import LlamaConfig, LlamaDecoder
+from ._core import NotYet, compare_arrays, exercise, require_function, seed_cpu, to_number
+
+
+@exercise("circuits.logit_difference", call="logit_diff(logits, correct, wrong)",
+          hint="take the last position, logits[:, -1] (B, V); pick each row's correct and wrong token with "
+               "torch.arange(B) as row index; return correct minus wrong, one number per prompt")
+def _check_logit_difference(answer):
+    require_function(answer, "logit_diff(logits, correct, wrong)")
+    seed_cpu(24)
+    cases = []
+    for B, L, V in ((1, 5, 11), (4, 7, 30), (3, 1, 8)):
+        logits = torch.randn(B, L, V) * 3
+        correct, wrong = torch.randint(0, V, (B,)), torch.randint(0, V, (B,))
+        wrong[0] = (correct[0] + 1) % V
+        cases.append((logits, correct, wrong))
+    logits = torch.randn(2, 6, 9)
+    logits[:, :-1] += 100.0  # earlier positions must not matter
+    cases.append((logits, torch.tensor([3, 4]), torch.tensor([4, 3])))  # the same pair, swapped
+    for n, (logits, c, w) in enumerate(cases, 1):
+        got = answer(logits.clone(), c.clone(), w.clone())
+        compare_arrays(got, logit_difference(logits, c, w), what=f"your differences for test batch #{n}", atol=1e-5)
+    return f"right on all {len(cases)} batches (one prompt, several, a one-token prompt, swapped answers)."
+
+
+def _tiny_decoder(seed: int) -> LlamaDecoder:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaDecoder(LlamaConfig(vocab_size=40, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                                         d_ff=8, context_length=8))
+        with torch.no_grad():
+            model.norm.weight.copy_(torch.rand(16) * 2 + 0.1)  # a scale that is not all ones
+    return model.eval()
+
+
+@exercise("circuits.logit_lens", call="lens(x, gamma, W_U, eps)",
+          hint="RMSNorm first: x / sqrt(mean(x^2 over the last axis) + eps) * gamma; then the logits are "
+               "that times W_U transposed (W_U is (V, D), one row per token)")
+def _check_logit_lens(answer):
+    require_function(answer, "lens(x, gamma, W_U, eps)")
+    for n, seed in enumerate((0, 1, 2), 1):
+        model = _tiny_decoder(seed)
+        seed_cpu(100 + seed)
+        x = torch.randn(3, 16) * (1 + 5 * seed)  # residual streams of growing size: the norm must divide it out
+        got = answer(x.clone(), model.norm.weight.detach().clone(), model.embed.weight.detach().clone(),
+                     model.norm.eps)
+        compare_arrays(got, unembed(model, x), what=f"your logits for test model #{n}", atol=1e-4)
+    return "matches the model's own final norm and unembedding on all 3 test models."
+
+
+@exercise("circuits.normalized_score", call="score(patched, clean, corrupted)",
+          hint="how far the patched value has moved from the corrupted one, as a fraction of the whole way "
+               "from corrupted to clean: (patched - corrupted) / (clean - corrupted)")
+def _check_normalized_score(answer):
+    require_function(answer, "score(patched, clean, corrupted)")
+    cases = [(4.0, 4.0, -3.0), (-3.0, 4.0, -3.0), (0.5, 4.0, -3.0), (6.0, 4.0, -3.0), (-5.0, 4.0, -3.0),
+             (1.0, 2.0, 0.5), (-2.0, -1.0, -4.0)]
+    for patched, clean, corrupted in cases:
+        got = answer(patched, clean, corrupted)
+        want = normalized_score(patched, clean, corrupted)
+        if abs(to_number(got, "your score") - want) > 1e-6:
+            raise NotYet(f"patched {patched}, clean {clean}, corrupted {corrupted}: your score is off "
+                         "(clean should give 1, corrupted 0)")
+    return f"right on all {len(cases)} cases, including scores above 1 and below 0."
