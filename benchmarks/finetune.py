@@ -84,10 +84,20 @@ def merge(names: list[str], target: str) -> None:
     out = {"methods": {}, "grid": None, "parts": []}
     for name in names:
         part = json.loads((RESULTS / f"{name}.json").read_text())
+        for earlier in out["parts"]:  # a method measured again replaces the earlier rows
+            earlier["methods"] = [m for m in earlier["methods"] if m not in part["methods"]]
         out["methods"].update(part["methods"])
+        if part.get("grid") is not None:
+            for earlier in out["parts"]:
+                earlier["grid"] = False
         out["grid"] = part.get("grid") or out["grid"]
-        out["parts"].append({"name": name, "machine": part["machine"], "settings": part["settings"],
-                             "methods": list(part["methods"]), "grid": part.get("grid") is not None})
+        if "parts" in part:  # an earlier merge: keep the runs it was made of
+            kept = [q for q in part["parts"] if q["methods"] or q["grid"]]
+            out["parts"] += [{**q, "methods": [m for m in q["methods"] if m in part["methods"]]} for q in kept]
+        else:
+            out["parts"].append({"name": name, "machine": part["machine"], "settings": part["settings"],
+                                 "methods": list(part["methods"]), "grid": part.get("grid") is not None})
+        out["parts"] = [q for q in out["parts"] if q["methods"] or q["grid"]]
         out.setdefault("settings", part["settings"])
         out.setdefault("data", part["data"])
     write_results(target, out)
