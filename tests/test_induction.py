@@ -137,3 +137,33 @@ def test_train_induction_records_a_reproducible_curve_and_patterns():
     assert rec["in_context_loss"] == runs[1]["in_context_loss"], "seeded: the same curve twice"
     assert abs(rec["in_context_loss"][0] - torch.log(torch.tensor(19.0)).item()) < 0.3  # starts near ln V
     assert not any(p.requires_grad for p in model.blocks[0].ffn.parameters())  # the FFN stays off
+
+
+def test_train_induction_warmup_ramps_the_learning_rate_and_checks_it():
+    torch.manual_seed(4)
+    model = tl.DecoderOnlyLM(13, 16, 2, 1, max_len=8, ffn=False, init_std=0.02, tie_weights=False)
+    before = model.embed.weight.detach().clone()
+    ind.train_induction(model, 1, batch_size=4, eval_every=1, seed=0, eval_size=4, min_repeat=2, lr=1e-2,
+                        warmup=1000)
+    small = (model.embed.weight.detach() - before).abs().max()
+    torch.manual_seed(4)
+    model = tl.DecoderOnlyLM(13, 16, 2, 1, max_len=8, ffn=False, init_std=0.02, tie_weights=False)
+    ind.train_induction(model, 1, batch_size=4, eval_every=1, seed=0, eval_size=4, min_repeat=2, lr=1e-2,
+                        warmup=0)
+    full = (model.embed.weight.detach() - before).abs().max()
+    assert small < full / 100  # Adam's first step moves each weight by ~lr: 1/1000 of it in warmup
+    with pytest.raises(ValueError, match="warmup"):
+        ind.train_induction(model, 2, batch_size=4, eval_every=1, seed=0, eval_size=4, min_repeat=2, warmup=-1)
+
+
+def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():
+    from transformer_lib.induction import load_induction_run
+    tokens, in_context = ind.repeated_random_tokens(64, 32, 64, 6, torch.Generator().manual_seed(7))
+    losses = {}
+    for layers in (1, 2):
+        model, record = load_induction_run(layers)
+        assert model.head.weight is not model.embed.weight  # trained untied
+        assert len(model.blocks) == layers and record["patterns"].shape[1] == layers
+        with torch.no_grad():
+            losses[layers] = float(ind.in_context_loss(model(tokens), tokens, in_context))
+    assert losses[2] < 0.5 * losses[1], losses  # the induction circuit: one layer stays on its plateau
