@@ -29,7 +29,7 @@ from ._checks import check_int, check_probability
 from ._checks.finetune import check_labelled_batch, check_training_settings
 from .pretrained.minilm import BertEncoder, PretrainedEncoder, cosine_matrix, mean_pool
 
-__all__ = ["SentenceClassifier", "tokenize", "set_trainable", "count_trainable", "frozen_states",
+__all__ = ["SentenceClassifier", "head_logits", "tokenize", "set_trainable", "count_trainable", "frozen_states",
            "train_classifier", "predict", "accuracy", "sentence_embeddings", "spearman",
            "similarity_agreement"]
 
@@ -79,6 +79,23 @@ class SentenceClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.forward_from(self.encoder.embeddings(tokens), attention_mask, 0)
+
+
+def head_logits(states: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor) -> torch.Tensor:
+    """What :class:`SentenceClassifier`'s head computes from the last block's token states
+    (B, L, D): the mean over the real tokens (``attention_mask`` (B, L), 1 = real), then
+    ``pooled @ weight.T + bias`` with ``weight`` (C, D) and ``bias`` (C,); returns logits (B, C)."""
+    for name, t in (("states", states), ("weight", weight), ("bias", bias)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(f"{name} must be a float torch.Tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if states.dim() != 3 or weight.dim() != 2 or weight.shape[1] != states.shape[-1] or bias.shape != weight.shape[:1]:
+        raise ValueError(f"states must be (B, L, D), weight (C, D) and bias (C,), got {tuple(states.shape)}, "
+                         f"{tuple(weight.shape)} and {tuple(bias.shape)}")
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != states.shape[:2]:
+        raise ValueError(f"attention_mask must be (B, L) = {tuple(states.shape[:2])}, "
+                         f"got {tuple(getattr(attention_mask, 'shape', ()))}")
+    return F.linear(mean_pool(states, attention_mask), weight, bias)  # (B, D) -> (B, C)
 
 
 def set_trainable(model: SentenceClassifier, top_layers: int, embeddings: bool = False) -> int:

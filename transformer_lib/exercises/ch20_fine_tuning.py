@@ -5,8 +5,8 @@ models and batches, so no stored numbers are needed."""
 import torch
 import torch.nn.functional as F
 
-from ..finetune import SentenceClassifier, count_trainable, set_trainable
-from ..pretrained.minilm import BertEncoder, MiniLMConfig, mean_pool
+from ..finetune import SentenceClassifier, count_trainable, head_logits, set_trainable
+from ..pretrained.minilm import BertEncoder, MiniLMConfig
 from ._core import NotYet, compare_function, exercise, seed_cpu, to_int
 
 _TINY = MiniLMConfig(vocab_size=50, d_model=16, num_layers=4, num_heads=2, d_ff=32, max_positions=16)
@@ -54,15 +54,11 @@ def _pool_inputs():
     return cases
 
 
-def _head_reference(states, mask, weight, bias):
-    return F.linear(mean_pool(states, mask), weight, bias)  # (B, D) -> (B, C)
-
-
 @exercise("finetune.pooled_head", call="classify(states, mask, weight, bias)",
           hint="mean over the real tokens only: (states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True); "
                "then logits = pooled @ weight.T + bias, shape (B, C)")
 def _check_pooled_head(answer):
-    return compare_function(answer, _head_reference, _pool_inputs(), what="your logits", atol=1e-4)
+    return compare_function(answer, head_logits, _pool_inputs(), what="your logits", atol=1e-4)
 
 
 def _loss_inputs():
