@@ -52,7 +52,7 @@ METHODS = {  # name: (top_layers, embeddings, lr, epochs multiplier)
     "head": (0, False, 3e-3, 10),
     "top 2 layers": (2, False, 1e-4, 1),
     "full": (6, True, 5e-5, 1),
-    "LoRA": (None, False, 1e-3, 1),
+    "LoRA": (None, False, 3e-3, 4),  # the new head learns with the adapters: the head's rate, longer
 }
 
 
