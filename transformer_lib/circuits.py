@@ -183,6 +183,15 @@ def _run_after_prefix(model, corrupted, f: int, copies: int):
     return run
 
 
+def _two_runs(model, clean, corrupted, c, w, names):
+    """Both runs of a patching sweep: the clean one recording ``names``, and the logit differences
+    of each (per pair, (B,), and their means)."""
+    with probes.record_activations(model, names) as seen:
+        clean_each = logit_difference(model(clean), c, w)  # (B,)
+    corrupted_each = logit_difference(model(corrupted), c, w)  # (B,)
+    return seen, clean_each, corrupted_each, float(clean_each.mean()), float(corrupted_each.mean())
+
+
 @torch.no_grad()
 def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, correct, wrong,
                          layers=None, positions=None) -> dict:
@@ -206,10 +215,7 @@ def patch_residual_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch
     positions = check_index_list("positions", positions, L)
     f = _first_difference(clean, corrupted)
     names = [f"blocks.{i}" for i in layers]
-    with probes.record_activations(model, names) as seen:
-        clean_each = logit_difference(model(clean), c, w)  # (B,)
-    corrupted_each = logit_difference(model(corrupted), c, w)  # (B,)
-    clean_value, corrupted_value = float(clean_each.mean()), float(corrupted_each.mean())
+    seen, clean_each, corrupted_each, clean_value, corrupted_value = _two_runs(model, clean, corrupted, c, w, names)
     scores = torch.zeros(len(layers), len(positions))
     per_pair = torch.zeros(B, len(layers), len(positions))
     result = {"scores": scores, "per_pair": per_pair, "clean": clean_value, "corrupted": corrupted_value,
@@ -251,10 +257,7 @@ def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Ten
     layers = check_index_list("layers", layers, len(model.blocks))
     f = _first_difference(clean, corrupted)
     names = [f"blocks.{i}.hook_z" for i in layers]
-    with probes.record_activations(model, names) as seen:
-        clean_each = logit_difference(model(clean), c, w)  # (B,)
-    corrupted_each = logit_difference(model(corrupted), c, w)  # (B,)
-    clean_value, corrupted_value = float(clean_each.mean()), float(corrupted_each.mean())
+    seen, clean_each, corrupted_each, clean_value, corrupted_value = _two_runs(model, clean, corrupted, c, w, names)
     run = _run_after_prefix(model, corrupted, f, H)
     head_of_row = torch.arange(H).repeat_interleave(B)  # row h * B + b patches head h
     rows = torch.arange(H * B)
