@@ -1,5 +1,5 @@
 """A trained GPT as one ONNX file: what the book's explainer page runs in the browser (chapter 16,
-"Your model in the page").
+"Explore").
 
 The page (``explainer.html`` at the root of the built book) has no Python: onnxruntime-web runs
 the model as WebAssembly. So the file must hold everything the page shows, and the reader's own

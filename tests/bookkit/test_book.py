@@ -17,7 +17,7 @@ from bookkit import build_book as book
 from bookkit import conventions
 
 PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
-         "Scale", "Appendix"]
+         "Scale", "Adapting a pretrained model", "Inside the model", "Appendix"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
