@@ -214,6 +214,10 @@ def test_solutions_hidden_until_toggled(browser, site):
                 toggle = cell.locator("summary").first
                 assert "solution" in toggle.inner_text().lower()
                 toggle.click()
+                try:  # the click's effect may land a frame later on a long page
+                    code.wait_for(state="visible", timeout=5_000)
+                except Exception:
+                    pass
                 assert code.is_visible(), f"{name}: solution {k} did not open"
             assert not log.problems, "\n".join(log.problems)
         finally:
