@@ -35,44 +35,10 @@ from ._checks.circuits import (check_ablation, check_answers, check_decoder, che
 from ._checks.scalars import check_int
 from ._checks.tokens import check_token_ids
 from .norms import RMSNorm
+from .tasks import IOI_PROMPTS, IOI_TEMPLATE, ioi_batch  # the chapter's prompt pairs, re-exported
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "unembed", "logit_lens", "logit_difference", "normalized_score", "patch_residual_sweep",
            "patch_head_sweep", "direct_logit_attribution", "ablated_logits", "random_heads"]
-
-
-# -- the indirect-object task (Wang et al. 2022), the chapter's prompt pairs --------------------
-
-IOI_TEMPLATE = "When {io} and {s} went to the {place}, {s2} gave a {thing} to"
-# (indirect object, subject, place, thing): every name, place and thing is one SmolLM2 token,
-# so all prompts have the same 14 tokens and line up position by position.
-IOI_PROMPTS = [("Mary", "John", "store", "drink"), ("Tom", "James", "park", "ball"),
-               ("Sarah", "Anna", "school", "book"), ("David", "Emma", "shop", "gift"),
-               ("Kate", "Mark", "office", "pen"), ("John", "Mary", "market", "cake"),
-               ("James", "Tom", "bank", "cup"), ("Anna", "Sarah", "library", "letter"),
-               ("Emma", "David", "station", "ticket"), ("Paul", "Lucy", "beach", "towel"),
-               ("Mark", "Kate", "farm", "hat"), ("Lucy", "Paul", "zoo", "map")]
-
-
-def ioi_batch(tokenizer, prompts=IOI_PROMPTS):
-    """Clean and corrupted token ids (B, L) and the answers (B,) of indirect-object prompts.
-
-    Clean: "When Mary and John went to the store, John gave a drink to" (answer " Mary", the
-    indirect object). Corrupted: the second "John" becomes "Mary", so the model should now say
-    " John"; nothing else changes, so every difference between the runs starts at that one token.
-    The metric is ``logit(" Mary") - logit(" John")``: positive on clean, negative on corrupted.
-    Returns ``(clean, corrupted, io_ids, s_ids)``."""
-    clean, corrupted, io_ids, s_ids = [], [], [], []
-    for io, s, place, thing in prompts:
-        clean.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=s, place=place, thing=thing)).ids)
-        corrupted.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=io, place=place, thing=thing)).ids)
-        for name, out in ((io, io_ids), (s, s_ids)):
-            ids = tokenizer.encode(" " + name).ids
-            if len(ids) != 1:
-                raise ValueError(f"prompts: the name {name!r} must be one token, got {len(ids)}")
-            out.append(ids[0])
-    if len({len(t) for t in clean + corrupted}) != 1:
-        raise ValueError("prompts must all have the same number of tokens (one-token names, places, things)")
-    return torch.tensor(clean), torch.tensor(corrupted), torch.tensor(io_ids), torch.tensor(s_ids)
 
 
 def _vocab(model: nn.Module) -> int:

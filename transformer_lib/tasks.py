@@ -18,7 +18,7 @@ import torch
 
 from ._checks import check_int, check_positive, check_tokens
 
-__all__ = ["PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
+__all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
            "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
 
 PAD, BOS, EOS = 0, 1, 2
@@ -149,3 +149,38 @@ def answer_keys(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         "first": (j == 0).expand(B, L, L),
         "max": holds_max & (j <= i),
     }
+
+
+# -- the indirect-object task (Wang et al. 2022), the chapter's prompt pairs --------------------
+
+IOI_TEMPLATE = "When {io} and {s} went to the {place}, {s2} gave a {thing} to"
+# (indirect object, subject, place, thing): every name, place and thing is one SmolLM2 token,
+# so all prompts have the same 14 tokens and line up position by position.
+IOI_PROMPTS = [("Mary", "John", "store", "drink"), ("Tom", "James", "park", "ball"),
+               ("Sarah", "Anna", "school", "book"), ("David", "Emma", "shop", "gift"),
+               ("Kate", "Mark", "office", "pen"), ("John", "Mary", "market", "cake"),
+               ("James", "Tom", "bank", "cup"), ("Anna", "Sarah", "library", "letter"),
+               ("Emma", "David", "station", "ticket"), ("Paul", "Lucy", "beach", "towel"),
+               ("Mark", "Kate", "farm", "hat"), ("Lucy", "Paul", "zoo", "map")]
+
+
+def ioi_batch(tokenizer, prompts=IOI_PROMPTS):
+    """Clean and corrupted token ids (B, L) and the answers (B,) of indirect-object prompts.
+
+    Clean: "When Mary and John went to the store, John gave a drink to" (answer " Mary", the
+    indirect object). Corrupted: the second "John" becomes "Mary", so the model should now say
+    " John"; nothing else changes, so every difference between the runs starts at that one token.
+    The metric is ``logit(" Mary") - logit(" John")``: positive on clean, negative on corrupted.
+    Returns ``(clean, corrupted, io_ids, s_ids)``."""
+    clean, corrupted, io_ids, s_ids = [], [], [], []
+    for io, s, place, thing in prompts:
+        clean.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=s, place=place, thing=thing)).ids)
+        corrupted.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=io, place=place, thing=thing)).ids)
+        for name, out in ((io, io_ids), (s, s_ids)):
+            ids = tokenizer.encode(" " + name).ids
+            if len(ids) != 1:
+                raise ValueError(f"prompts: the name {name!r} must be one token, got {len(ids)}")
+            out.append(ids[0])
+    if len({len(t) for t in clean + corrupted}) != 1:
+        raise ValueError("prompts must all have the same number of tokens (one-token names, places, things)")
+    return torch.tensor(clean), torch.tensor(corrupted), torch.tensor(io_ids), torch.tensor(s_ids)
