@@ -30,21 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 from bookkit.browser import chromium, serve  # noqa: E402
+from bookkit.explainer import EDITS_JS  # noqa: E402
 from bookkit.explainer.build import write_explainer  # noqa: E402
 
-EDITS_JS = """async ([n, long]) => {
-  const input = document.getElementById('explainer-input'), next = document.getElementById('explainer-next');
-  const out = [], base = long ? 'the attention of a head is a weighted average of the values '.repeat(6) : 'The attention of a';
-  for (let i = 0; i < n; i++) {
-    const text = base + ' head'.repeat(i % 5) + (i % 2 ? ' is' : ' was');
-    const t0 = performance.now();
-    input.value = text;
-    input.dispatchEvent(new Event('input'));
-    while (next.dataset.text !== text) await new Promise(r => setTimeout(r, 0));
-    out.push(performance.now() - t0);
-  }
-  return [out, window.explainer.ids.length];
-}"""
 
 
 def quantiles(xs: list[float]) -> dict:

@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 import pytest
 import torch
 
+from bookkit.explainer import EDITS_JS
 from bookkit.browser import CHROMIUM, chromium, serve
 
 pytest.importorskip("onnxruntime")
@@ -266,19 +267,7 @@ def test_no_request_leaves_the_machine_and_edits_update_fast(browser, site):
     ctx, page, log = open_explainer(browser, site)
     try:
         # edit-to-candidates: from the input event to the list holding the new text's candidates
-        times = page.evaluate("""async () => {
-            const input = document.getElementById('explainer-input'), next = document.getElementById('explainer-next');
-            const out = [], base = 'The attention of a';
-            for (let i = 0; i < 20; i++) {
-              const text = base + ' head'.repeat(i % 5) + (i % 2 ? ' is' : ' was');
-              const t0 = performance.now();
-              input.value = text;
-              input.dispatchEvent(new Event('input'));
-              while (next.dataset.text !== text) await new Promise(r => setTimeout(r, 0));
-              out.push(performance.now() - t0);
-            }
-            return out;
-        }""")
+        times, _ = page.evaluate(EDITS_JS, [20, False])
         print(f"\nedit -> candidates over {len(times)} edits: median {statistics.median(times):.1f} ms, "
               f"max {max(times):.1f} ms (target < 100 ms; machine load {os.getloadavg()[0]:.1f})")
         host = urlparse(site).netloc
