@@ -33,6 +33,7 @@ if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs it", pytrace=False)
     pytest.skip(f"{CHROMIUM} is missing: run `make browser-deps`", allow_module_level=True)
 pytest.importorskip("playwright.sync_api")
+from playwright.sync_api import expect  # noqa: E402
 
 
 def toc_pages() -> list[str]:
@@ -213,12 +214,8 @@ def test_solutions_hidden_until_toggled(browser, site):
                 assert not code.is_visible(), f"{name}: solution {k} is visible before its toggle"
                 toggle = cell.locator("summary").first
                 assert "solution" in toggle.inner_text().lower()
-                toggle.click()
-                try:  # the click's effect may land a frame later on a long page
-                    code.wait_for(state="visible", timeout=5_000)
-                except Exception:
-                    pass
-                assert code.is_visible(), f"{name}: solution {k} did not open"
+                toggle.click()  # its effect may land a frame later on a long page: wait up to 5 s
+                expect(code, f"{name}: solution {k} did not open").to_be_visible(timeout=5_000)
             assert not log.problems, "\n".join(log.problems)
         finally:
             page.close()
