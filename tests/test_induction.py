@@ -156,6 +156,21 @@ def test_train_induction_warmup_ramps_the_learning_rate_and_checks_it():
         ind.train_induction(model, 2, batch_size=4, eval_every=1, seed=0, eval_size=4, min_repeat=2, warmup=-1)
 
 
+def test_train_induction_takes_the_context_from_the_table_or_the_argument():
+    torch.manual_seed(5)
+    rope = tl.DecoderOnlyLM(19, 16, 2, 2, max_len=64, ffn=False, positional="rope", init_std=0.02, tie_weights=False)
+    with pytest.raises(ValueError, match="context"):  # rotary positions have no table to read a length from
+        ind.train_induction(rope, 2, batch_size=4, eval_every=1, eval_size=4, min_repeat=2)
+    rec = ind.train_induction(rope, 2, batch_size=4, eval_every=1, eval_size=4, min_repeat=2, context=10)
+    assert rec["patterns"].shape == (3, 2, 2, 10, 10) and rec["shown_tokens"].shape == (10,)
+    learned = tl.DecoderOnlyLM(19, 16, 2, 1, max_len=12, ffn=False, init_std=0.02)
+    assert ind.train_induction(learned, 1, batch_size=4, eval_every=1, eval_size=4, min_repeat=2)["patterns"].shape[-1] == 12
+    assert ind.train_induction(learned, 1, batch_size=4, eval_every=1, eval_size=4, min_repeat=2, context=8)["patterns"].shape[-1] == 8
+    for bad in (16, 3, 8.0):  # longer than the position table, too short to repeat, not an int
+        with pytest.raises(ValueError, match="context"):
+            ind.train_induction(learned, 1, batch_size=4, eval_every=1, eval_size=4, min_repeat=2, context=bad)
+
+
 def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():
     from transformer_lib.induction import load_induction_run
     tokens, in_context = ind.repeated_random_tokens(64, 32, 64, 6, torch.Generator().manual_seed(7))

@@ -101,9 +101,12 @@ def phase_change_step(steps, losses, window: int = 5) -> int:
 
 def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repeat: int | None = 6,
                     lr: float = 3e-3, eval_every: int = 25, seed: int = 0, eval_size: int = 128,
-                    warmup: int = 100):
-    """Train ``model`` (a decoder with a learned position table) on :func:`repeated_random_tokens`
+                    warmup: int = 100, context: int | None = None):
+    """Train ``model`` (a decoder-only LM) on :func:`repeated_random_tokens` of length ``context``
     with the ordinary next-token loss on every position, and follow the in-context loss.
+
+    ``context`` defaults to the length of the model's learned position table; a model without
+    one (rotary or ALiBi positions, which have no table) needs it given.
 
     Every ``eval_every`` steps it measures the in-context loss on a fixed evaluation batch (drawn
     like the training data, from seed ``seed + 1``) and keeps every head's pattern on one fixed
@@ -117,7 +120,11 @@ def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repe
     check_int("steps", steps)
     check_int("eval_every", eval_every, 1, steps)
     check_int("warmup", warmup, 0)
-    V, L = model.embed.num_embeddings, model.pos.max_len
+    table = getattr(getattr(model, "pos", None), "max_len", None)  # a learned / sinusoidal table's length
+    if context is None and table is None:
+        raise ValueError("context must be given for a model without a position table (rotary, ALiBi)")
+    check_int("context", table if context is None else context, 4, table)
+    V, L = model.embed.num_embeddings, table if context is None else context
     g = torch.Generator().manual_seed(seed)
     eval_tokens, eval_mask = repeated_random_tokens(eval_size, L, V, min_repeat, torch.Generator().manual_seed(seed + 1))
     shown, _ = repeated_random_tokens(1, L, V, None, torch.Generator().manual_seed(seed + 2))
