@@ -241,6 +241,42 @@ def test_mean_ablation_uses_the_references_mean_per_position(model):
     assert torch.allclose(C.ablated_logits(model, tokens, [(1, 3)], "mean", reference), want, atol=ATOL)
 
 
+@torch.no_grad()
+def test_ablating_several_sets_runs_the_reference_once_and_each_set_as_by_hand(model):
+    """``ablated_logits_each``: set k's logits are those of W^O's columns zeroed in a copy (zero
+    ablation) or of the reference's per-position mean put back by hand (mean ablation), and the
+    reference prompts run once for all sets (forward calls counted), not once per set."""
+    tokens, reference = _pair(seed=6, B=3)[0], _pair(seed=7, B=4)[0]
+    sets = [[(0, 1), (2, 3)], [(1, 0)], [(2, 3), (2, 1), (0, 0)]]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[0]))
+    try:
+        got = C.ablated_logits_each(model, tokens, sets, "mean", reference)
+    finally:
+        hook.remove()
+    assert calls == [4, 3, 3, 3], calls  # one reference run (4 prompts), then one run per set
+    names = [f"blocks.{i}.hook_z" for i in range(3)]
+    with tl.probes.record_activations(model, names) as seen:
+        model(reference)
+    for heads, logits in zip(sets, got):
+        def put(i, hs):
+            def f(z):
+                z = z.clone()
+                z[:, :, hs] = seen[f"blocks.{i}.hook_z"].mean(0)[:, hs]  # (L, len(hs), d)
+                return z
+            return f
+        with tl.probes.patch_activations(model, {f"blocks.{i}.hook_z": put(i, [h for j, h in heads if j == i])
+                                                 for i in {i for i, _ in heads}}):
+            want = model(tokens)
+        assert torch.allclose(logits, want, atol=ATOL), heads
+    for heads, logits in zip(sets, C.ablated_logits_each(model, tokens, sets, "zero")):
+        assert torch.allclose(logits, _without_heads(model, heads)(tokens), atol=ATOL), heads
+    with pytest.raises(TypeError, match="head_sets"):
+        C.ablated_logits_each(model, tokens, 3)
+    with pytest.raises(ValueError, match="heads"):
+        C.ablated_logits_each(model, tokens, [[(0, 1)], []])
+
+
 def test_random_heads_are_distinct_seeded_and_avoid_the_excluded(model):
     a = C.random_heads(model, 5, seed=0, exclude=[(0, 0), (1, 1)])
     assert len(set(a)) == 5 and not {(0, 0), (1, 1)} & set(a)

@@ -17,13 +17,12 @@ Every tool here works on a pre-norm decoder of the library (the reader's GPT, Sm
   clean activation, and measure how much of the clean answer returns.
 * :func:`direct_logit_attribution`: split the final residual stream into the pieces that wrote
   it (embedding, every head, every FFN) and project each on the logit-difference direction.
-* :func:`ablated_logits` and :func:`random_heads`: remove a set of heads (mean or zero
-  ablation) and compare with as many heads drawn at random.
+* :func:`ablated_logits` (:func:`ablated_logits_each` for several sets) and :func:`random_heads`:
+  remove a set of heads (mean or zero ablation) and compare with as many heads drawn at random.
 
 Why batches everywhere: one patched run per (layer, position) or per head would cost thousands
-of forward passes; stacking the patched copies into one batch per layer does the same work in
-``num_layers`` calls, which is what keeps the chapter inside its CPU budget.
-"""
+of forward passes, each streaming all of the model's weights; stacking the patched copies into
+one batch per layer does the same work in ``num_layers`` calls (the chapter's CPU budget)."""
 from __future__ import annotations
 
 import torch
@@ -38,7 +37,7 @@ from .norms import RMSNorm
 from .tasks import IOI_PROMPTS, IOI_TEMPLATE, ioi_batch  # the chapter's prompt pairs, re-exported
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "unembed", "logit_lens", "logit_difference", "normalized_score", "patch_residual_sweep",
-           "patch_head_sweep", "direct_logit_attribution", "ablated_logits", "random_heads"]
+           "patch_head_sweep", "direct_logit_attribution", "ablated_logits", "ablated_logits_each", "random_heads"]
 
 
 def _vocab(model: nn.Module) -> int:
@@ -52,14 +51,12 @@ def _unembedding(model: nn.Module) -> torch.Tensor:
 
 
 def _num_heads(model: nn.Module) -> int:
-    block = model.blocks[0]
-    attn = getattr(block, "attn", None) or getattr(block, "self_attn")
-    return attn.num_heads
+    return (getattr(model.blocks[0], "attn", None) or model.blocks[0].self_attn).num_heads
 
 
 def _answers(model, tokens, correct, wrong):
-    B = tokens.shape[0]
-    return check_answers("correct", correct, B, _vocab(model)), check_answers("wrong", wrong, B, _vocab(model))
+    B, V = tokens.shape[0], _vocab(model)
+    return check_answers("correct", correct, B, V), check_answers("wrong", wrong, B, V)
 
 
 @torch.no_grad()
@@ -84,8 +81,7 @@ def logit_lens(model: nn.Module, tokens: torch.Tensor, position: int = -1) -> to
     names = [f"blocks.{i}" for i in range(len(model.blocks))]
     with probes.record_activations(model, names) as seen:
         model(tokens)
-    stack = torch.stack([seen[n][:, position] for n in names])  # (num_layers, B, D)
-    return unembed(model, stack)  # (num_layers, B, V)
+    return unembed(model, torch.stack([seen[n][:, position] for n in names]))  # (num_layers, B, D) -> (.., V)
 
 
 def logit_difference(logits: torch.Tensor, correct, wrong) -> torch.Tensor:
@@ -213,9 +209,9 @@ def patch_head_sweep(model: nn.Module, clean: torch.Tensor, corrupted: torch.Ten
     """Patch one head's clean output (``blocks.{i}.hook_z``, every position) into the corrupted run.
 
     Same metric as :func:`patch_residual_sweep`; the H patched copies of a layer run as one batch,
-    on one cache of the shared prefix. Returns ``{"scores": (len(layers), H), "per_pair": (B,
-    len(layers), H), "clean", "corrupted", "layers"}``. A head that scores near 1 carries the difference by itself; heads
-    that each score a little may carry it together."""
+    on one cache of the shared prefix. Returns ``{"scores": (len(layers), H), "per_pair": (B, len(layers), H),
+    "clean", "corrupted", "layers"}``. A head that scores near 1 carries the difference by itself; heads that
+    each score a little may carry it together."""
     check_decoder(model)
     check_prompt_pair(clean, corrupted, _vocab(model))
     c, w = _answers(model, clean, correct, wrong)
@@ -267,8 +263,7 @@ def direct_logit_attribution(model: nn.Module, tokens: torch.Tensor, correct, wr
     with probes.record_activations(model, names) as seen:
         logits = model(tokens)
     x = seen[f"blocks.{n - 1}"][:, -1]  # (B, D) the final residual stream
-    norm = model.norm
-    W_U = _unembedding(model)
+    norm, W_U = model.norm, _unembedding(model)
     d = W_U[c.to(W_U.device)] - W_U[w.to(W_U.device)]  # (B, D): the logit-difference direction
     g = norm.weight if norm.weight is not None else torch.ones_like(x[0])
     if not isinstance(norm, RMSNorm):  # LayerNorm (the library's or torch's)
@@ -303,34 +298,43 @@ def ablated_logits(model: nn.Module, tokens: torch.Tensor, heads, how: str = "me
     the head still adds its typical output, but nothing that depends on this prompt. ``"zero"``
     sets it to 0, which also removes the typical part and can hurt more than the head's
     information ever helped (Wang et al. 2022 use mean ablation for that reason)."""
+    return ablated_logits_each(model, tokens, [heads], how, reference)[0]
+
+
+@torch.no_grad()
+def ablated_logits_each(model: nn.Module, tokens: torch.Tensor, head_sets, how: str = "mean",
+                        reference: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """:func:`ablated_logits` for each set of heads in ``head_sets`` (a circuit and its random
+    controls), one (B, L, V) each: the reference run that gives the means is made once, not once
+    per set, since it does not depend on which heads are removed."""
     check_decoder(model)
     check_token_ids(tokens, _vocab(model))
     check_ablation(how)
-    heads = check_heads(heads, len(model.blocks), _num_heads(model))
-    layers = sorted({i for i, _ in heads})
-    names = [f"blocks.{i}.hook_z" for i in layers]
-    means = {}
+    if not isinstance(head_sets, (list, tuple)):
+        raise TypeError(f"head_sets must be a list of lists of (layer, head) pairs, got {type(head_sets).__name__}")
+    head_sets = [check_heads(heads, len(model.blocks), _num_heads(model)) for heads in head_sets]
+    means, out = {}, []
     if how == "mean":
         reference = tokens if reference is None else reference
         check_token_ids(reference, _vocab(model), "reference")
         if reference.shape[1] != tokens.shape[1]:
             raise ValueError(f"reference must have as many positions as tokens ({tokens.shape[1]}), "
                              f"got {reference.shape[1]}")
+        names = [f"blocks.{i}.hook_z" for i in sorted({i for heads in head_sets for i, _ in heads})]
         with probes.record_activations(model, names) as seen:
             model(reference)
         means = {n: seen[n].mean(0, keepdim=True) for n in names}  # (1, L, H, d)
 
-    def remover(i: int):
-        hs = [h for layer, h in heads if layer == i]
-
-        def f(z):  # (B, L, H, d)
-            z = z.clone()
-            z[:, :, hs] = means[f"blocks.{i}.hook_z"][:, :, hs] if how == "mean" else 0.0
-            return z
-        return f
-
-    with probes.patch_activations(model, {f"blocks.{i}.hook_z": remover(i) for i in layers}):
-        return model(tokens)
+    def remover(i: int, hs: list[int]):  # a hook on blocks.{i}.hook_z (B, L, H, d): heads hs replaced
+        keep = torch.ones(_num_heads(model), 1, dtype=torch.bool, device=tokens.device)  # (H, 1)
+        keep[hs] = False
+        fill = means[f"blocks.{i}.hook_z"] if how == "mean" else 0.0  # (1, L, H, d) or 0
+        return lambda z: torch.where(keep, z, fill)
+    for heads in head_sets:
+        removers = {f"blocks.{i}.hook_z": remover(i, [h for j, h in heads if j == i]) for i in {i for i, _ in heads}}
+        with probes.patch_activations(model, removers):
+            out.append(model(tokens))
+    return out
 
 
 def random_heads(model: nn.Module, count: int, seed: int, exclude=()) -> list[tuple[int, int]]:
