@@ -23,8 +23,21 @@ Seeds change the head's initialisation, dropout and the batch order, not the dat
 learning-rate x epochs grid (``--grid-method``: top 2 layers by default, or the head; seed 0;
 validation accuracy after each epoch).
 
+With ``--step-rounds N``: the step times side by side. One model per method (seed 0) takes one
+training step on the same batch of 32 in turn, the order rotating each round, N rounds after a
+warm-up round; medians per method, and per round each method's time over the head's. On a
+machine shared with other work a ratio of steps taken seconds apart survives the load far better
+than either time (the per-seed step times above come from runs at different loads, and seed 0's
+runs under ``peak_memory``, whose small malloc thresholds slow every large allocation).
+
 It prints tables, asserts nothing, and writes benchmarks/results/finetune.json after each method
-(a run that is stopped still leaves what it measured).
+(a run that is stopped still leaves what it measured). Only some rows again, then one file:
+
+    nice -n 10 .venv/bin/python benchmarks/finetune.py --train 256 --test 600 --max-tokens 32 --val 200 \
+        --sim 60 --epochs 2 --methods full --grid-lrs --out finetune_full
+    nice -n 10 .venv/bin/python benchmarks/finetune.py --train 256 --max-tokens 32 --methods head \
+        "top 2 layers" full LoRA --seeds 0 --grid-lrs --step-rounds 10 --out finetune_steps
+    .venv/bin/python benchmarks/finetune.py --merge finetune finetune_full finetune_steps --out finetune
 """
 from __future__ import annotations
 
@@ -75,29 +88,84 @@ def make_model(lm, method: str, seed: int):
     return model, start
 
 
+def side_by_side_steps(lm, methods: list[str], train, inputs, rounds: int, batch_size: int = 32) -> dict:
+    """Seconds of one training step of each method on the same batch, interleaved (see the module
+    docstring): medians, and the median over rounds of each method's time / the head's."""
+    from _results import machine
+
+    y_all = train[2]
+    runs = {}
+    for method in methods:
+        model, start = make_model(lm, method, 0)
+        x, m = inputs("train", start)
+        x, m, y = x[:batch_size], m[:batch_size], y_all[:batch_size]
+        width = int(m.sum(-1).max())
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=METHODS[method][2])
+        runs[method] = (model, start, x[:, :width], m[:, :width], y, opt)
+    load_before = machine().get("load_1min")
+    times = {method: [] for method in methods}
+    for r in range(rounds + 1):
+        order = methods[r % len(methods):] + methods[:r % len(methods)]  # rotate: no method always first
+        for method in order:
+            model, start, x, m, y, opt = runs[method]
+            model.train()
+            t0 = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(ft._logits(model, x, m, start), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if r:  # round 0 warms up
+                times[method].append(time.perf_counter() - t0)
+    ref = methods[0]
+    out = {"rounds": rounds, "batch": batch_size, "reference": ref, "load_1min_before": load_before,
+           "load_1min_after": machine().get("load_1min"), "median_s": {}, "ratio": {}, "raw": times}
+    for method in methods:
+        out["median_s"][method] = statistics.median(times[method])
+        out["ratio"][method] = statistics.median(a / b for a, b in zip(times[method], times[ref]))
+        print(f"# step {method:>13}: median {out['median_s'][method]:.4f} s, "
+              f"x{out['ratio'][method]:.1f} the {ref}'s (per-round median)", flush=True)
+    return out
+
+
 def merge(names: list[str], target: str) -> None:
     """One results file from several partial runs; each part's machine and settings are kept."""
     import json
 
     from _results import RESULTS
 
-    out = {"methods": {}, "grid": None, "parts": []}
+    out = {"methods": {}, "grid": None, "step_times": None, "parts": []}
     for name in names:
         part = json.loads((RESULTS / f"{name}.json").read_text())
+        extended = []
+        for method, row in part["methods"].items():  # other seeds of a row, same settings: added to it
+            old = out["methods"].get(method)
+            old_seeds = None if old is None else old.get("seeds", list(range(len(old["accuracy"]["values"]))))
+            if old is not None and not set(old_seeds) & set(row["seeds"]) and \
+                    (old["lr"], old["epochs"]) == (row["lr"], row["epochs"]):
+                for key in ("accuracy", "step_s", "agreement"):
+                    row[key] = summary(old[key]["values"] + row[key]["values"])
+                row["seeds"] = old_seeds + row["seeds"]
+                row["peak_mb"] = old["peak_mb"] if row["peak_mb"] is None else row["peak_mb"]
+                extended.append(method)
         for earlier in out["parts"]:  # a method measured again replaces the earlier rows
-            earlier["methods"] = [m for m in earlier["methods"] if m not in part["methods"]]
+            earlier["methods"] = [m for m in earlier["methods"] if m not in part["methods"] or m in extended]
         out["methods"].update(part["methods"])
         if part.get("grid") is not None:
             for earlier in out["parts"]:
                 earlier["grid"] = False
         out["grid"] = part.get("grid") or out["grid"]
+        if part.get("step_times") is not None:
+            for earlier in out["parts"]:
+                earlier["step_times"] = False
+        out["step_times"] = part.get("step_times") or out["step_times"]
         if "parts" in part:  # an earlier merge: keep the runs it was made of
-            kept = [q for q in part["parts"] if q["methods"] or q["grid"]]
+            kept = [q for q in part["parts"] if q["methods"] or q["grid"] or q.get("step_times")]
             out["parts"] += [{**q, "methods": [m for m in q["methods"] if m in part["methods"]]} for q in kept]
         else:
             out["parts"].append({"name": name, "machine": part["machine"], "settings": part["settings"],
-                                 "methods": list(part["methods"]), "grid": part.get("grid") is not None})
-        out["parts"] = [q for q in out["parts"] if q["methods"] or q["grid"]]
+                                 "methods": list(part["methods"]), "grid": part.get("grid") is not None,
+                                 "step_times": part.get("step_times") is not None})
+        out["parts"] = [q for q in out["parts"] if q["methods"] or q["grid"] or q.get("step_times")]
         out.setdefault("settings", part["settings"])
         out.setdefault("data", part["data"])
     write_results(target, out)
@@ -111,10 +179,14 @@ def main(argv=None) -> None:
     p.add_argument("--sim", type=int, default=100)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds first-seed .. first-seed + seeds - 1 (more seeds of a row: merge adds them to it)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--grid-lrs", type=float, nargs="*", default=[3e-5, 3e-4, 3e-3])
     p.add_argument("--grid-method", default="top 2 layers", choices=["head", "top 2 layers"])
     p.add_argument("--methods", nargs="*", default=["logistic regression", *METHODS])
+    p.add_argument("--step-rounds", type=int, default=0,
+                   help="time one step of each method in turn, this many rounds (0: no side-by-side timing)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="finetune", help="results name: benchmarks/results/<out>.json")
     p.add_argument("--merge", nargs="*", default=None, metavar="NAME",
@@ -157,7 +229,7 @@ def main(argv=None) -> None:
 
     out = {"settings": vars(a), "data": {"train": len(tr_y), "test": len(te_y), "val": len(va_y),
                                          "train_spam": int(tr_y.sum()), "test_spam": int(te_y.sum())},
-           "methods": {}, "grid": None}
+           "methods": {}, "grid": None, "step_times": None}
     data = {"train": (tr_x, tr_m, tr_y), "test": (te_x, te_m, te_y), "val": (va_x, va_m, va_y)}
 
     def inputs(split, start):
@@ -184,7 +256,7 @@ def main(argv=None) -> None:
         _, _, lr, mult = METHODS[method]
         epochs = a.epochs * mult
         accs, steps, agree, peak, trainable = [], [], [], None, None
-        for seed in range(a.seeds):
+        for seed in range(a.first_seed, a.first_seed + a.seeds):
             model, start = make_model(lm, method, seed)
             trainable = ft.count_trainable(model)
             x, m = inputs("train", start)
@@ -204,10 +276,16 @@ def main(argv=None) -> None:
             else:  # the tuned encoder (its frozen lower blocks are the original ones)
                 agree.append(ft.similarity_agreement(base_emb, ft.sentence_embeddings(model.encoder, sim_x, sim_m)))
             out["methods"][method] = {"accuracy": summary(accs), "trainable": trainable, "step_s": summary(steps),
-                                      "peak_mb": peak, "agreement": summary(agree), "lr": lr, "epochs": epochs}
+                                      "peak_mb": peak, "agreement": summary(agree), "lr": lr, "epochs": epochs,
+                                      "seeds": list(range(a.first_seed, seed + 1))}
             write_results(a.out, out)  # after every seed: a stopped run keeps what it measured
             print(f"{method:>13} seed {seed}: accuracy {accs[-1]:.3f}, step {steps[-1]:.3f} s, "
                   f"agreement {agree[-1]:.3f}, loss {run['history'][-1]['loss']:.3f}  ({time.time() - t_start:.0f} s)")
+
+    if a.step_rounds:
+        out["step_times"] = side_by_side_steps(lm, [m for m in a.methods if m in METHODS], data["train"],
+                                               lambda split, start: inputs(split, start), a.step_rounds)
+        write_results(a.out, out)
 
     if a.grid_lrs:
         grid = {"method": a.grid_method, "lrs": a.grid_lrs, "epochs": list(range(1, a.epochs + 2)), "val_accuracy": []}
