@@ -229,7 +229,7 @@ c.SandboxedExecute.call_timeout = 60    # one call of a student's function by a 
 c.SandboxedExecute.memory_bytes = {4 * 2**30}  # address space of the sandboxed kernel
 c.SandboxedExecute.cpu_seconds = 900
 c.SandboxedExecute.max_processes = 128  # processes and threads of one kernel: a fork bomb stops there
-c.SandboxedExecute.prestart = 0         # 1: the next kernel starts while this one runs (experimental)
+c.SandboxedExecute.prestart = 1         # the next kernel starts while this one runs
 # the sandboxed kernel's environment is bookkit.grading.kernel_environment() (CPU, one thread,
 # PYTHONSAFEPATH=1); these are for the generate_assignment/feedback steps run here
 os.environ.setdefault("TLIB_DEVICE", "cpu")

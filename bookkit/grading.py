@@ -395,13 +395,32 @@ class SandboxedExecute(Execute):
     probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
     max_processes = Integer(128, help="processes and threads a submission's kernel may have at once "
                                       "(a fork bomb fails at this cap)").tag(config=True)
-    # off by default for now: one kernel started ahead lost a cell's reply under heavy load, at the
-    # chapter-1 widget cell where a kernel started the ordinary way lost one too (course guide)
-    prestart = Integer(0, help="kernels started ahead for the next submissions of this process: their "
+    # a kernel's start (bwrap, the interpreter, the library's imports) is about a third of a
+    # submission's CPU time: started ahead, it runs on the second core while this submission's
+    # cells run on the first. Each spare is a fresh sandbox, used by one submission only.
+    prestart = Integer(1, help="kernels started ahead for the next submissions of this process: their "
                                "start and imports overlap this submission's cells").tag(config=True)
     # the outputs are collected when the last cell ends: a graceful shutdown would only wait for
     # the kernel's interpreter to tear itself down (about 3 s a submission, measured)
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
+
+    # No widget state is kept and no Output widget is mimicked. nbclient's mimic (its
+    # ``OutputWidget``) answers every output the kernel sends into an ``ipywidgets.Output`` (the
+    # book's ``explore`` draws into one) by *sending* the widget's whole state, figures included,
+    # back to the kernel on the shell socket, from the task that reads iopub, while the task that
+    # waits for the cell's ``execute_reply`` polls that same socket. That is the one cell kind in
+    # the book where the grader writes to the kernel mid-cell, and the one cell where a reply was
+    # seen lost (chapter 1's ``explore`` cells, twice in 30-submission runs; nbclient issue #312
+    # reports execute_cell blocking with ipywidgets in the same way). 60 runs of those two cells in
+    # one sandboxed kernel did not lose a reply here, so this removes the mechanism; it is not a
+    # failure reproduced on demand. The grade needs neither: a widget's outputs become the
+    # cell's own, and nothing is sent to the kernel during a cell (test_course.py checks that).
+    store_widget_state = Bool(False).tag(config=True)
+
+    def on_comm_open_jupyter_widget(self, msg):
+        """A widget opened by the kernel: no mimic of it here (nbclient's handler would return an
+        ``OutputWidget`` for an ``Output``)."""
+        return None
 
     def preprocess(self, nb, resources=None, km=None):
         if self.require_sandbox and not bwrap_available():
@@ -599,10 +618,9 @@ def autograde_class(course: str | Path, assignment: str, jobs: int = 1, students
     stops the whole process on that error, and each of its remaining submissions is then graded
     again in a process of its own (a new start each). So one process grades the
     class (one import, one gradebook writer) and :class:`SandboxedExecute` kills a finished
-    kernel instead of waiting for it; it can also start the next submission's kernel while this
-    one runs (``prestart = 1``: the second core does the next kernel's imports; off by default,
-    see the trait). ``jobs > 1`` still
-    deals the class into that many processes (``--CourseDirectory.student_id_exclude``). A
+    kernel instead of waiting for it, and starts the next submission's kernel while this one
+    runs (``prestart = 1``: the second core does the next kernel's imports). ``jobs > 1`` deals
+    the class into that many processes (``--CourseDirectory.student_id_exclude``). A
     submission whose grading failed is graded again alone, ``retries`` times. ``timeout``: seconds
     a process may take (then it is killed, and its kernels with it). Returns
     ``{student: {"seconds": its share of its process's wall time, "log": nbgrader's log for it}}``."""

@@ -152,3 +152,78 @@ def test_the_fork_bomb_hit_the_cap_and_the_machine_kept_its_processes(bombed):
     assert bombed["peak"] - bombed["baseline"] < 2 * CAP + 100
     assert _groups() == bombed["groups_before"]  # every kernel's group removed
     assert bombed["seconds"] < AUTOGRADE_TIMEOUT
+
+
+# -- cgroup v2: the path logic on a fake tree -------------------------------------------------------
+# This machine mounts cgroup v1 only (its pids controller is bound to the v1 hierarchy, so a
+# cgroup2 mount here would list no pids controller), and unmounting v1 would break every other
+# job on it. So the v2 branch of pids_root is tested on a folder laid out like /sys/fs/cgroup
+# under cgroup2: which files it reads, what it writes to delegate the controller, which folder it
+# returns, and that it prefers v2 over v1. That the kernel then enforces pids.max on v2 is not
+# tested here.
+
+def _fake_v2(root: Path, controllers: str = "cpuset cpu io memory pids", subtree: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup.controllers").write_text(controllers + "\n")
+    (root / "cgroup.subtree_control").write_text(subtree + "\n")
+    (root / "cgroup.procs").write_text("")
+    return root
+
+
+def test_v2_root_delegates_pids_and_returns_the_grading_group(tmp_path, monkeypatch):
+    root = _fake_v2(tmp_path / "cgroup", subtree="memory")
+    group = root / process_limit.GROUP
+    group.mkdir()  # a real cgroupfs fills a new group with its control files; the fake one has one
+    (group / "cgroup.subtree_control").write_text("\n")
+    assert process_limit.pids_root(root) == group
+    assert (root / "cgroup.subtree_control").read_text() == "+pids\n"  # the root delegates pids
+    assert (group / "cgroup.subtree_control").read_text() == "+pids\n"  # and the group, to its kernels
+    # what a real cgroupfs then shows; a second grader finds pids delegated and writes nothing
+    (root / "cgroup.subtree_control").write_text("memory pids\n")
+    (group / "cgroup.subtree_control").write_text("pids\n")
+
+    def no_write(self, *args, **kwargs):
+        raise AssertionError(f"wrote {self}")
+
+    monkeypatch.setattr(Path, "write_text", no_write)
+    assert process_limit.pids_root(root) == group
+
+
+def test_v2_without_a_pids_controller_falls_back_to_v1_or_none(tmp_path):
+    root = _fake_v2(tmp_path / "cgroup", controllers="cpu memory")
+    assert process_limit.pids_root(root) is None  # no v2 pids, no v1 hierarchy
+    (root / "pids").mkdir()
+    (root / "pids" / "cgroup.procs").write_text("")
+    assert process_limit.pids_root(root) == root / "pids" / process_limit.GROUP  # the v1 layout
+    both = _fake_v2(tmp_path / "both")
+    (both / "pids").mkdir()
+    (both / "pids" / "cgroup.procs").write_text("")
+    (both / process_limit.GROUP).mkdir()
+    (both / process_limit.GROUP / "cgroup.subtree_control").write_text("pids\n")
+    (both / "cgroup.subtree_control").write_text("pids\n")
+    assert process_limit.pids_root(both) == both / process_limit.GROUP  # v2 is preferred
+
+
+def test_v2_root_that_refuses_the_delegation_is_not_used(tmp_path):
+    root = _fake_v2(tmp_path / "cgroup")
+    (root / "cgroup.subtree_control").chmod(0o444)
+    if os.access(root / "cgroup.subtree_control", os.W_OK):  # root ignores file modes: a folder in its place
+        (root / "cgroup.subtree_control").chmod(0o644)
+        (root / "cgroup.subtree_control").unlink()
+        (root / "cgroup.subtree_control").mkdir()
+    assert process_limit.pids_root(root) is None
+
+
+def test_a_process_group_on_a_v2_layout_sets_the_cap_and_reads_refusals(tmp_path):
+    parent = tmp_path / process_limit.GROUP
+    parent.mkdir()
+    group = process_limit.ProcessGroup(parent, 64)
+    assert group.path.parent == parent and group.path.name.startswith("kernel-")
+    assert (group.path / "pids.max").read_text() == "64\n"
+    assert group.refused_forks() == 0  # no pids.events yet
+    (group.path / "pids.events").write_text("max 17\n")  # cgroup v2 and v1 both write "max N"
+    assert group.refused_forks() == 17
+    (group.path / "cgroup.procs").write_text("")
+    assert group.members() == []
+    cmd = process_limit.joining_command(["python", "-c", "pass"], group)
+    assert cmd[:3] == ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"'] and cmd[3] == str(group.procs)
