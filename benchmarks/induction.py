@@ -3,6 +3,7 @@ every head's scores and ablations, and SmolLM2's induction heads (issue 29, chap
 
     nice .venv/bin/python benchmarks/induction.py                 # the full run (minutes)
     .venv/bin/python benchmarks/induction.py --part smollm2        # SmolLM2's heads only
+    nice .venv/bin/python benchmarks/induction.py --part toy --positional rope --context 20 --min-repeat 4
 
 Setting: ``DecoderOnlyLM(64 tokens, d_model 64, 4 heads, 2 or 1 blocks, learned positions,
 ffn=False, untied embedding and unembedding)``, context 32, trained by ``induction.train_induction``
@@ -16,6 +17,29 @@ repeats the first. (With a tied embedding, d_model 32 or context 24 the two-laye
 on the one-layer plateau, in-context loss ~2.9-3.2, for 2000-6000 steps.) Caveat: the trained
 two-layer model's heads do not score as a previous-token + induction pair (see the head table in
 the results); chapter 23 stays a draft until a setting does.
+
+Why, and what was tried (in-context loss of the 2-layer model, seed 0; "plateau" = what a model
+that spreads its guess uniformly over the distinct tokens seen so far pays on the evaluation
+batch: 2.83 for context 32 / n 6..16, 2.41 for context 20 / n 4..10). With learned absolute
+positions the model can copy without a previous-token head: a layer-0 head attends to the
+earlier copy of the current token and moves that copy's *position* into the stream, and a
+layer-1 head attends one position later (Q-composition on positions). Rotary positions
+(``--positional rope``) put no absolute position in the residual stream, which leaves the
+classic K-composition circuit as the way to copy. Settings (untied, d_model 64, 4 heads, batch 64,
+warmup 100, AdamW without weight decay), runs taken at load 15-23 on 2 shared cores, so short:
+  learned, context 32, n 6..16, lr 3e-3, 1500 steps: 0.45 / 0.71 / 0.45 (seeds 0-2), but best
+    previous-token score 0.095, best induction score 0.034 (the results file; the shortcut above);
+  learned, tied embedding: plateau ~2.9 for 2000 steps; learned, d_model 32 or context 24:
+    plateau 2.9-3.2 for 2000-6000 steps; sinusoidal: stayed at ln V = 4.16;
+  rope, context 32, n 6..16, lr 3e-3: 2.86 at 1200 steps (on the plateau);
+  rope, context 32, n 6..16, lr 1e-2: 3.85 at 750 steps (stopped: far above the plateau);
+  rope, context 32, d_model 128, lr 1e-3: stopped before its first report (CPU);
+  rope, context 20, n 4..10, lr 3e-3: 3.55 / 2.75 / 2.55 / 2.48 / 2.46 at steps 250 .. 1250 (on
+    its plateau, 2.41; layer-0 previous-token scores 0.07 each, layer-1 induction <= 0.17);
+  rope, context 16, n 4..8, lr 3e-3: 3.42 / 2.51 at steps 250 / 500;
+The heads stayed near uniform in these rotary runs (layer-0 previous-token scores ~1 / position).
+Next to try: context 16-20 for 3000-10000 steps (shorter contexts reached their plateau sooner
+here), more heads, a larger batch; each needs minutes of CPU on a quiet machine.
 
 SmolLM2-135M (float32, the packaged GGUF): 8 sequences of 2 x 50 random token ids (ids 1000 ..
 49151, no special tokens), every head's induction and previous-token score, the top heads, and
@@ -47,13 +71,13 @@ V, D, H, L = 64, 64, 4, 32
 BATCH, WARMUP = 64, 100
 
 
-def make_model(layers: int, seed: int) -> tl.DecoderOnlyLM:
+def make_model(layers: int, seed: int, positional: str = "learned", context: int = L) -> tl.DecoderOnlyLM:
     torch.manual_seed(seed)
-    return tl.DecoderOnlyLM(V, D, H, layers, max_len=L, ffn=False, positional="learned", init_std=0.02,
+    return tl.DecoderOnlyLM(V, D, H, layers, max_len=context, ffn=False, positional=positional, init_std=0.02,
                            tie_weights=False)
 
 
-def head_table(model) -> dict:
+def head_table(model, L: int = L) -> dict:
     tokens, in_context = ind.repeated_random_tokens(256, L, V, None, torch.Generator().manual_seed(99))
     patterns = ind.attention_patterns(model, tokens)  # (layers, B, H, L, L)
     with torch.no_grad():
@@ -120,11 +144,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--min-repeat", type=int, default=6)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--positional", choices=("learned", "rope"), default="learned")
+    parser.add_argument("--context", type=int, default=L)
     parser.add_argument("--part", choices=("all", "toy", "smollm2"), default="all",
                         help="run one part and keep the other's numbers from the existing results file")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results = {"config": {"vocab": V, "d_model": D, "heads": H, "context": L, "steps": args.steps,
+    model_config = {"vocab": V, "d_model": D, "heads": H, "context": args.context, "positional": args.positional}
+    results = {"config": {**model_config, "steps": args.steps,
                           "min_repeat": args.min_repeat, "batch": BATCH, "lr": args.lr,
                           "warmup": WARMUP, "tied": False}, "runs": []}
     old = RESULTS_FILE.exists() and json.loads(RESULTS_FILE.read_text())
@@ -133,10 +160,10 @@ def main() -> None:
     saved = {}
     for seed in range(args.seeds if args.part != "smollm2" else 0):
         for layers in (2, 1):
-            model = make_model(layers, seed)
+            model = make_model(layers, seed, args.positional, args.context)
             t0 = time.process_time()
             rec = ind.train_induction(model, args.steps, batch_size=BATCH, min_repeat=args.min_repeat, lr=args.lr,
-                                      seed=seed, warmup=WARMUP)
+                                      seed=seed, warmup=WARMUP, context=args.context)
             cpu = time.process_time() - t0
             step = ind.phase_change_step(rec["steps"], rec["in_context_loss"])
             run = {"layers": layers, "seed": seed, "steps": rec["steps"], "in_context_loss": rec["in_context_loss"],
@@ -144,8 +171,9 @@ def main() -> None:
             print(f"{layers} layer(s), seed {seed}: in-context loss {rec['in_context_loss'][0]:.2f} -> "
                   f"{rec['in_context_loss'][-1]:.3f}, steepest drop at step {step}, {cpu:.0f} s CPU", flush=True)
             if seed == 0:
-                run["heads"] = head_table(model)
-                saved[f"{layers}_layer"] = {"state_dict": model.state_dict(), "steps": rec["steps"],
+                run["heads"] = head_table(model, args.context)
+                saved[f"{layers}_layer"] = {"state_dict": model.state_dict(), "config": model_config,
+                                            "steps": rec["steps"],
                                             "in_context_loss": rec["in_context_loss"],
                                             "patterns": rec["patterns"].half(), "shown_tokens": rec["shown_tokens"]}
             results["runs"].append(run)

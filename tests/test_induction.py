@@ -171,6 +171,21 @@ def test_train_induction_takes_the_context_from_the_table_or_the_argument():
             ind.train_induction(learned, 1, batch_size=4, eval_every=1, eval_size=4, min_repeat=2, context=bad)
 
 
+def test_a_saved_rotary_run_loads_from_its_config(tmp_path):
+    torch.manual_seed(6)
+    model = tl.DecoderOnlyLM(19, 16, 2, 2, max_len=10, ffn=False, positional="rope", init_std=0.3, tie_weights=False)
+    config = {"vocab": 19, "d_model": 16, "heads": 2, "context": 10, "positional": "rope"}
+    torch.save({"2_layer": {"state_dict": model.state_dict(), "config": config, "steps": [0],
+                            "patterns": torch.zeros(1, 2, 2, 10, 10).half()}}, tmp_path / "runs.pt")
+    loaded, record = ind.load_induction_run(2, tmp_path / "runs.pt")
+    assert loaded.positional == "rope" and loaded.pos is None and record["config"] == config
+    tokens = torch.randint(0, 19, (3, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model.eval()(tokens), atol=0, rtol=0)  # the same weights
+    with pytest.raises(FileNotFoundError):
+        ind.load_induction_run(2, tmp_path / "missing.pt")
+
+
 def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():
     from transformer_lib.induction import load_induction_run
     tokens, in_context = ind.repeated_random_tokens(64, 32, 64, 6, torch.Generator().manual_seed(7))

@@ -324,23 +324,27 @@ def ablated_losses(model: nn.Module, tokens: torch.Tensor, in_context: torch.Ten
 
 # -- the benchmark's trained models (benchmarks/induction.py) ----------------------------------------
 
-def load_induction_run(layers: int = 2):
+def load_induction_run(layers: int = 2, path=None):
     """``(model, record)``: the seed-0 model with ``layers`` blocks that ``benchmarks/induction.py``
     trained, and its record (``steps``, ``in_context_loss``, ``patterns`` (evals, layers, H, L, L)
-    in float16, ``shown_tokens``). Loaded with ``weights_only=True`` (tensors and lists only)."""
+    in float16, ``shown_tokens``). ``path`` defaults to the packaged ``data/induction_runs.pt``.
+    Loaded with ``weights_only=True`` (tensors, numbers, strings and lists).
+
+    A run saved with a ``config`` (vocabulary, width, heads, context, positional scheme) is rebuilt
+    from it; one without is a learned-position run, whose sizes are read off its weights."""
     from pathlib import Path
 
     from .model import DecoderOnlyLM
     check_int("layers", layers, 1, 2)
-    path = Path(__file__).resolve().parent / "data" / "induction_runs.pt"
+    path = Path(__file__).resolve().parent / "data" / "induction_runs.pt" if path is None else Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run benchmarks/induction.py")
     run = torch.load(path, weights_only=True)[f"{layers}_layer"]
     state = run["state_dict"]
     V, D = state["embed.weight"].shape
-    L = state["pos.embedding.weight"].shape[0]
-    H = run["patterns"].shape[2]
-    model = DecoderOnlyLM(V, D, H, layers, max_len=L, ffn=False, positional="learned",
-                          tie_weights=bool(torch.equal(state["embed.weight"], state["head.weight"])))
+    cfg = run.get("config") or {"positional": "learned", "context": state["pos.embedding.weight"].shape[0],
+                                "heads": run["patterns"].shape[2]}
+    model = DecoderOnlyLM(V, D, cfg["heads"], layers, max_len=cfg["context"], ffn=False,
+                          positional=cfg["positional"], tie_weights=False)
     model.load_state_dict(state)
     return model.eval(), {k: v for k, v in run.items() if k != "state_dict"}
