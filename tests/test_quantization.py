@@ -259,6 +259,82 @@ def test_quantized_weight_stands_for_the_matrix():
     assert torch.equal(emb(tokens), dense[tokens])
 
 
+# -- the fused one-token step of a quantized Llama -------------------------------------------------
+
+def _small_llama(seed=0):
+    from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=96, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128,
+                      context_length=64)
+    return LlamaDecoder(cfg).eval()
+
+
+def _steps(model, tokens, fused, capacity=4):
+    """Logits of one-token cached steps over ``tokens`` (1, L) after a 3-token prefill, and the cache."""
+    model.fused = fused
+    cache = model.new_cache(initial_capacity=capacity)  # small: the steps cross two capacity doublings
+    with torch.no_grad():
+        out = [model(tokens[:, :3], cache=cache)[:, -1:]]
+        out += [model(tokens[:, i:i + 1], cache=cache) for i in range(3, tokens.shape[1])]
+    return torch.cat(out, dim=1), cache
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+def test_fused_step_equals_modules(built, bits, activations):
+    """quantize() makes a LlamaDecoder a QuantizedLlamaDecoder whose one-token steps are one C++
+    call; they equal the modules' steps (LlamaBlock) and the readable decode_step_reference.
+    Both sides run the same kernel on the same blocks (fusing rows does not change a row's sums),
+    so they differ only in the order of float32 additions in RMSNorm, attention and softmax:
+    about 1e-6 relative, hence 1e-4 of the logits' scale. With int8 activations a value of x that
+    sits on a rounding boundary may take the next code (one step, max|x| / 127): 2% of the scale."""
+    from transformer_lib.quantization import QuantizedLlamaDecoder, decode_step_reference
+    model = quantize(_small_llama(), bits, activations=activations)
+    assert type(model) is QuantizedLlamaDecoder
+    tokens = torch.randint(0, 96, (1, 14), generator=torch.Generator().manual_seed(2))
+    slow, slow_cache = _steps(model, tokens, fused=False)
+    fast, fast_cache = _steps(model, tokens, fused=True)
+    assert model._plan() is not None  # the fused path was taken
+    tol = (1e-4 if activations == "float32" else 0.02) * float(slow.abs().max())
+    assert (fast - slow).abs().max() <= tol, (fast - slow).abs().max()
+    assert fast_cache.lengths == slow_cache.lengths == [14, 14]
+    for a, b in zip(fast_cache.keys + fast_cache.values, slow_cache.keys + slow_cache.values):
+        assert (a[:, :, :14] - b[:, :, :14]).abs().max() <= 1e-4 * float(b[:, :, :14].abs().max()) or \
+            activations == "int8"
+    # the readable reference of the step, on a copy of the cache, against the kernel's next step
+    pos, nxt = fast_cache.length, torch.tensor([[7]])
+    room = lambda t: torch.cat([t[:, :, :pos], torch.zeros_like(t[:, :, :1])], dim=2)  # noqa: E731  (1, H_kv, pos + 1, d)
+    keys, values = [room(k) for k in fast_cache.keys], [room(v) for v in fast_cache.values]
+    with torch.no_grad():
+        x = decode_step_reference(model, model.embed(nxt).reshape(1, -1), keys, values, pos)
+        want = model.norm(x.view(1, 1, -1)) @ model.embed.weight.T
+        got = model(nxt, cache=fast_cache)
+    assert (got - want).abs().max() <= tol
+    assert all((a[:, :, :pos + 1] - b[:, :, :pos + 1]).abs().max() <= tol for a, b in zip(keys, fast_cache.keys))
+
+
+def test_fused_step_leaves_hooks_and_gradients_to_the_modules(built):
+    """A recorded hook point, gradients, a batch or a prompt: the modules run (the hook fires)."""
+    model = quantize(_small_llama(), 4)
+    seen = []
+    handle = model.blocks[1].hook_attn_out.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]), cache=cache)
+        model(torch.tensor([[4]]), cache=cache)
+    model(torch.tensor([[5]]), cache=cache)  # gradients on (no no_grad): the modules too
+    handle.remove()
+    assert seen == [(1, 3, 64), (1, 1, 64), (1, 1, 64)] and cache.length == 5
+    with pytest.raises(ValueError, match="tokens"):
+        with torch.no_grad():
+            model(torch.tensor([[96]]), cache=cache)  # the fused path checks its input too
+
+
+def test_quantize_keeps_other_models_classes():
+    model = _small_lm()
+    assert type(quantize(model, 4)) is DecoderOnlyLM
+
+
 # -- SmolLM2 with the GGUF's own blocks ------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -283,6 +359,7 @@ def test_gguf_blocks_logits_equal_dequantized(smollm2_pair):
     cache = kept.model.new_cache()
     with torch.no_grad():
         steps = torch.cat([kept.model(torch.tensor([[t]]), cache=cache)[0] for t in ids])  # (L, V)
+    assert kept.model._plan() is not None  # the steps took the fused one-call path
     assert (steps - want).abs().max() < 1e-3
     assert steps.argmax(-1).tolist() == want.argmax(-1).tolist()
 

@@ -20,10 +20,11 @@ import torch
 
 from ..device import get_device
 from ..pretrained.gguf import bpe_tokenizer_from_gguf, read_gguf_metadata
-from ..pretrained.llama import LlamaConfig, LlamaDecoder, llama_state_from_gguf
+from ..pretrained.llama import LlamaConfig, llama_state_from_gguf
 from ..pretrained.smollm2 import SmolLM2, smollm2_gguf_path
 from .._checks.quantization import check_activations
 from .formats import bytes_per_block
+from .fused import QuantizedLlamaDecoder
 from .modules import QuantizedEmbedding, QuantizedLinear
 
 __all__ = ["read_gguf_blocks", "load_smollm2_quantized"]
@@ -77,7 +78,7 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
     raw, _ = read_gguf_blocks(path)
     state = llama_state_from_gguf(raw, cfg)  # GGUF names -> the module's names, W^Q / W^K rows un-permuted
     with torch.device("meta"):  # no random initialization: every weight comes from the file
-        model = LlamaDecoder(cfg)
+        model = QuantizedLlamaDecoder(cfg)  # a LlamaDecoder with the fused one-token step
     floats = {}
     for name, tensor in state.items():
         if tensor.dtype != torch.uint8:  # the norms' float32 weights

@@ -164,7 +164,10 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``, as in
     ``LlamaDecoder``). Untied embeddings, norms and biases stay float32. Layers whose input width
     ``group_size`` does not divide raise a ValueError before anything is replaced. ``activations``:
-    see :class:`QuantizedLinear` ('float32', weight-only, or 'int8')."""
+    see :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
+    :class:`~transformer_lib.pretrained.llama.LlamaDecoder` becomes a
+    :class:`~.fused.QuantizedLlamaDecoder` (its class is changed in place): the same modules, plus
+    the fused one-token decoding step."""
     check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
@@ -190,6 +193,10 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     for name, m in linears.items():
         parent, child = _parent(model, name)
         setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size, activations))
+    from ..pretrained.llama import LlamaDecoder
+    from .fused import QuantizedLlamaDecoder
+    if type(model) is LlamaDecoder:  # the same object, now with the fused one-token step (fused.py)
+        model.__class__ = QuantizedLlamaDecoder
     return model
 
 

@@ -417,6 +417,120 @@ void q4_1_matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Te
   matvec_q8x<true>(x, blocks, out, gs, simd);
 }
 
+// ---- one decoding step of a Llama-style model, batch 1 (quantization/fused.py) ---------------
+// Chapter 17's LlamaBlock, for one new token, in one call for all the layers. Per layer:
+//   h = RMSNorm(x) * w_attn                                   (D)
+//   q | k | v = h @ W_qkv^T                                   one kernel pass over q, k, v's rows
+//   q, k = rope(q), rope(k) at position pos                   pairs (i, i + d/2): style "halves"
+//   K[pos], V[pos] = k, v                                     written into the KV cache's buffers
+//   a_h = softmax(q_h . K_j / sqrt(d)) V_j, j = h / g          over positions 0..pos (GQA)
+//   x = x + a @ W_o^T
+//   h = RMSNorm(x) * w_ffn
+//   gate | up = h @ W_gu^T                                    one kernel pass over both
+//   x = x + (silu(gate) * up) @ W_down^T
+// The products are the kernels above (threads inside them); the rest is a few thousand flops a
+// layer, single-threaded. fused.py's decode_step_reference is the same step in PyTorch, and
+// tests/test_quantization.py holds the two (and the model's own modules) equal.
+namespace {
+
+void rms_norm(const float* x, const float* w, float* out, int64_t D, float eps) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < D; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+  for (int64_t i = 0; i < D; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+void rope_halves(float* v, const float* cos, const float* sin, int64_t d) {  // one head, in place
+  const int64_t h = d / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const float x1 = v[i], x2 = v[i + h];
+    v[i] = x1 * cos[i] - x2 * sin[i];
+    v[i + h] = x1 * sin[i] + x2 * cos[i];
+  }
+}
+
+// one query head (d) against positions 0..T-1 of its key/value head (rows of d floats)
+void attend(const float* q, const float* K, const float* V, int64_t T, int64_t d, float* scores, float* out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  float top = -INFINITY;
+  for (int64_t t = 0; t < T; ++t) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < d; ++i) s += q[i] * K[t * d + i];
+    scores[t] = s * scale;
+    top = std::max(top, scores[t]);
+  }
+  float total = 0.0f;
+  for (int64_t t = 0; t < T; ++t) { scores[t] = std::exp(scores[t] - top); total += scores[t]; }
+  for (int64_t i = 0; i < d; ++i) out[i] = 0.0f;
+  for (int64_t t = 0; t < T; ++t) {
+    const float p = scores[t] / total;
+    for (int64_t i = 0; i < d; ++i) out[i] += p * V[t * d + i];
+  }
+}
+
+}  // namespace
+
+// x (1, D): the new token's residual stream, updated in place through every layer.
+// weights: 4 per layer (W_qkv, W_o, W_gate_up, W_down, blocks of one format); norms: 2 per layer.
+// keys/values: one (1, H_kv, capacity, d) float32 buffer per layer; position pos is written.
+void decode_step(const at::Tensor& x, at::TensorList weights, at::TensorList norms, at::TensorList keys,
+                 at::TensorList values, int64_t pos, const at::Tensor& cos, const at::Tensor& sin,
+                 int64_t num_heads, int64_t num_kv_heads, double eps, bool q4, bool int8_x) {
+  const int64_t L = keys.size(), D = x.size(1);
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "x: contiguous (1, D) float32");
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == 4 * L && static_cast<int64_t>(norms.size()) == 2 * L &&
+              static_cast<int64_t>(values.size()) == L, "4 weights, 2 norms, keys and values per layer");
+  const int64_t d = keys[0].size(3), Hq = num_heads, Hkv = num_kv_heads, g = Hq / Hkv;
+  const int64_t F = weights[2].size(0) / 2, Nqkv = weights[0].size(0);
+  TORCH_CHECK(Nqkv == (Hq + 2 * Hkv) * d && Hq % Hkv == 0, "W_qkv has (H + 2 H_kv) * d rows");
+  TORCH_CHECK(cos.numel() == d / 2 && sin.numel() == d / 2 && cos.is_contiguous() && sin.is_contiguous() &&
+              cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, "cos, sin: d / 2 float32 each");
+  auto f32 = x.options();
+  const at::Tensor h = at::empty({1, D}, f32), qkv = at::empty({1, Nqkv}, f32), att = at::empty({1, Hq * d}, f32),
+                   o = at::empty({1, D}, f32), gu = at::empty({1, 2 * F}, f32), act = at::empty({1, F}, f32);
+  std::vector<float> scores(static_cast<size_t>(pos + 1));
+  auto product = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& out) {
+    if (int8_x) (q4 ? q4_1_matvec_q8x : q8_0_matvec_q8x)(in, w, out, 32, true);
+    else (q4 ? q4_1_matvec : q8_0_matvec)(in, w, out, 32, true);
+  };
+  float* X = x.data_ptr<float>();
+  const float *C = cos.data_ptr<float>(), *S = sin.data_ptr<float>();
+  for (int64_t l = 0; l < L; ++l) {
+    const at::Tensor &K = keys[l], &V = values[l];
+    TORCH_CHECK(K.dim() == 4 && K.size(0) == 1 && K.size(1) == Hkv && K.size(2) > pos && K.size(3) == d &&
+                K.is_contiguous() && K.scalar_type() == at::kFloat && V.sizes() == K.sizes() && V.is_contiguous() &&
+                V.scalar_type() == at::kFloat, "keys/values: contiguous (1, H_kv, > pos, d) float32 buffers");
+    const int64_t cap = K.size(2);
+    float *Kb = K.data_ptr<float>(), *Vb = V.data_ptr<float>();
+    // attention
+    rms_norm(X, norms[2 * l].data_ptr<float>(), h.data_ptr<float>(), D, static_cast<float>(eps));
+    product(h, weights[4 * l], qkv);
+    float* Q = qkv.data_ptr<float>();  // q (Hq d), then k (Hkv d), then v (Hkv d)
+    for (int64_t j = 0; j < Hq + Hkv; ++j) rope_halves(Q + j * d, C, S, d);  // the q heads and the k heads
+    for (int64_t j = 0; j < Hkv; ++j) {
+      std::memcpy(Kb + (j * cap + pos) * d, Q + (Hq + j) * d, d * sizeof(float));
+      std::memcpy(Vb + (j * cap + pos) * d, Q + (Hq + Hkv + j) * d, d * sizeof(float));
+    }
+    float* A = att.data_ptr<float>();
+    for (int64_t hq = 0; hq < Hq; ++hq) {
+      const int64_t j = hq / g;
+      attend(Q + hq * d, Kb + j * cap * d, Vb + j * cap * d, pos + 1, d, scores.data(), A + hq * d);
+    }
+    product(att, weights[4 * l + 1], o);
+    const float* Op = o.data_ptr<float>();
+    for (int64_t i = 0; i < D; ++i) X[i] += Op[i];
+    // feed-forward (SwiGLU)
+    rms_norm(X, norms[2 * l + 1].data_ptr<float>(), h.data_ptr<float>(), D, static_cast<float>(eps));
+    product(h, weights[4 * l + 2], gu);
+    const float* G = gu.data_ptr<float>();  // gate (F), then up (F)
+    float* Ap = act.data_ptr<float>();
+    for (int64_t i = 0; i < F; ++i) Ap[i] = G[i] / (1.0f + std::exp(-G[i])) * G[F + i];
+    product(act, weights[4 * l + 3], o);
+    for (int64_t i = 0; i < D; ++i) X[i] += Op[i];
+  }
+}
+
 bool has_vnni() { return cpu_has_vnni(); }
 bool has_avx512() { return cpu_has_avx512(); }
 
@@ -426,10 +540,13 @@ TORCH_LIBRARY(tlib_quant, m) {
   m.def("q4_1_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
   m.def("q8_0_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
   m.def("q4_1_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
+  m.def("decode_step(Tensor(a!) x, Tensor[] weights, Tensor[] norms, Tensor(b!)[] keys, Tensor(c!)[] values, "
+        "int pos, Tensor cos, Tensor sin, int num_heads, int num_kv_heads, float eps, bool q4, bool int8_x) -> ()");
   m.def("has_avx512() -> bool", TORCH_FN(has_avx512));
   m.def("has_vnni() -> bool", TORCH_FN(has_vnni));
   m.impl("q8_0_matvec", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec));
   m.impl("q4_1_matvec", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec));
   m.impl("q8_0_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec_q8x));
   m.impl("q4_1_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec_q8x));
+  m.impl("decode_step", c10::DispatchKey::CPU, TORCH_FN(decode_step));
 }
