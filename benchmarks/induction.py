@@ -34,12 +34,19 @@ warmup 100, AdamW without weight decay), runs taken at load 15-23 on 2 shared co
   rope, context 32, n 6..16, lr 3e-3: 2.86 at 1200 steps (on the plateau);
   rope, context 32, n 6..16, lr 1e-2: 3.85 at 750 steps (stopped: far above the plateau);
   rope, context 32, d_model 128, lr 1e-3: stopped before its first report (CPU);
-  rope, context 20, n 4..10, lr 3e-3: 3.55 / 2.75 / 2.55 / 2.48 / 2.46 at steps 250 .. 1250 (on
-    its plateau, 2.41; layer-0 previous-token scores 0.07 each, layer-1 induction <= 0.17);
-  rope, context 16, n 4..8, lr 3e-3: 3.42 / 2.51 at steps 250 / 500;
-The heads stayed near uniform in these rotary runs (layer-0 previous-token scores ~1 / position).
-Next to try: context 16-20 for 3000-10000 steps (shorter contexts reached their plateau sooner
-here), more heads, a larger batch; each needs minutes of CPU on a quiet machine.
+  rope, context 20, n 4..10, lr 3e-3: 3.55 / 2.75 / 2.55 / 2.48 / 2.46 / 2.41 / 2.42 / 2.33 / 2.32 /
+    2.30 at steps 250 .. 2500 (its plateau 2.41): a slow drift, no phase change; layer-0
+    previous-token scores stayed 0.07-0.08, one layer-1 head's induction score rose to 0.22;
+  rope, context 16, n 4..8, lr 3e-3: 3.42 / 2.51 at steps 250 / 500 (stopped for CPU);
+  rope, context 20, n 4..10, lr 3e-3, torch's own initialisation (``--init-std 0``: embeddings
+    N(0, 1), linear weights uniform with std ~0.07 at width 64, instead of N(0, 0.02^2)): 3.38 / 2.60 / 2.24 / 1.28 at steps 250 / 500 / 750 / 1000, and between
+    steps 750 and 1000 head 0.1's previous-token score rose 0.11 -> 0.39 and the layer-1 induction
+    scores 0.21-0.27 -> 0.32-0.46: the phase change, with the classic pair forming.
+Probably why the small initialisation stalls: a head's score is x W_Q W_K^T x^T, and the gradient
+of either factor is proportional to the other, so with both at 0.02 the QK circuit starts at a
+saddle it leaves slowly.
+Next: ``--part toy --positional rope --context 20 --min-repeat 4 --init-std 0 --steps 1500`` for
+3 seeds on a quiet machine (~3 min CPU per seed), then the chapter (see its draft note).
 
 SmolLM2-135M (float32, the packaged GGUF): 8 sequences of 2 x 50 random token ids (ids 1000 ..
 49151, no special tokens), every head's induction and previous-token score, the top heads, and
@@ -71,9 +78,10 @@ V, D, H, L = 64, 64, 4, 32
 BATCH, WARMUP = 64, 100
 
 
-def make_model(layers: int, seed: int, positional: str = "learned", context: int = L) -> tl.DecoderOnlyLM:
+def make_model(layers: int, seed: int, positional: str = "learned", context: int = L,
+               init_std: float | None = 0.02) -> tl.DecoderOnlyLM:
     torch.manual_seed(seed)
-    return tl.DecoderOnlyLM(V, D, H, layers, max_len=context, ffn=False, positional=positional, init_std=0.02,
+    return tl.DecoderOnlyLM(V, D, H, layers, max_len=context, ffn=False, positional=positional, init_std=init_std,
                            tie_weights=False)
 
 
@@ -146,21 +154,23 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--positional", choices=("learned", "rope"), default="learned")
     parser.add_argument("--context", type=int, default=L)
+    parser.add_argument("--init-std", type=float, default=0.02, help="0: torch's own initialisation")
     parser.add_argument("--part", choices=("all", "toy", "smollm2"), default="all",
                         help="run one part and keep the other's numbers from the existing results file")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model_config = {"vocab": V, "d_model": D, "heads": H, "context": args.context, "positional": args.positional}
+    init_std = args.init_std or None
     results = {"config": {**model_config, "steps": args.steps,
                           "min_repeat": args.min_repeat, "batch": BATCH, "lr": args.lr,
-                          "warmup": WARMUP, "tied": False}, "runs": []}
+                          "warmup": WARMUP, "tied": False, "init_std": init_std}, "runs": []}
     old = RESULTS_FILE.exists() and json.loads(RESULTS_FILE.read_text())
     if args.part == "smollm2" and old:
         results = {k: v for k, v in old.items() if k != "machine"}
     saved = {}
     for seed in range(args.seeds if args.part != "smollm2" else 0):
         for layers in (2, 1):
-            model = make_model(layers, seed, args.positional, args.context)
+            model = make_model(layers, seed, args.positional, args.context, init_std)
             t0 = time.process_time()
             rec = ind.train_induction(model, args.steps, batch_size=BATCH, min_repeat=args.min_repeat, lr=args.lr,
                                       seed=seed, warmup=WARMUP, context=args.context)
