@@ -11,12 +11,19 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 * int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
 * int4        - the float32 model after ``quantize(model, 4)`` (q4_1 blocks, our quantizer);
 * int4 (file) - ``load_smollm2_quantized``: the file's own Q4_1 blocks (and Q8_0 embedding), kept;
+* int4 (file) modules - the same model with its fused one-token step switched off
+                (``fused = False``): every step runs the PyTorch modules of each block, the
+                quantized products through the kernel one by one (what the fused step saves);
+  (every quantized row above decodes with ``QuantizedLlamaDecoder``'s fused step: one C++ call
+  per token, q/k/v and gate/up fused into one kernel pass each, the cache written in place)
 * int8 x8, int4 (file) x8 - the same weights with ``activations="int8"``: x quantized per block of
                 32 inside the kernel (llama.cpp's Q8_0 activations), integer dot products (VNNI).
                 Their prefill, and so their perplexity, is the weight-only rows' (float x): not repeated;
 * transformers - its ``generate`` on the model it reads from the same GGUF (float32);
 * llama.cpp   - ``llama-cpp-python`` on the same GGUF file (skipped when it is not installed:
-                ``pip install llama-cpp-python`` builds it from source, a few minutes).
+                PyPI has no CPU wheel, ``pip install llama-cpp-python`` builds llama.cpp from
+                source: 36+ minutes on the two shared cores, unfinished after 45 minutes at load
+                20-25 even with examples, tests, tools and server off).
 
 Method: one warm-up each, then ``--rounds`` rounds taking turns, median tokens/s (prefill
 included, as a user sees it). Perplexity: non-overlapping windows of 256 tokens of the book's
@@ -143,7 +150,9 @@ def main() -> None:
               "int4": quantize(copy.deepcopy(dense.model), 4), "int4 (file)": load_smollm2_quantized("cpu").model,
               "int8 x8": quantize(copy.deepcopy(dense.model), 8, activations="int8"),
               "int4 (file) x8": load_smollm2_quantized("cpu", activations="int8").model}
-    x8 = ("int8 x8", "int4 (file) x8")  # their perplexity is the weight-only rows' (prefill: float x)
+    models["int4 (file) modules"] = unfused = load_smollm2_quantized("cpu").model
+    unfused.fused = False  # the modules' step: what one C++ call per token saves
+    x8 = ("int8 x8", "int4 (file) x8", "int4 (file) modules")  # perplexity: the same prefill as a row above
 
     path = smollm2_gguf_path()
     tf_version = None
@@ -181,7 +190,7 @@ def main() -> None:
     x1 = torch.randn(1, head.shape[1])
     t_head = median_time(lambda: x1 @ head.T, repeat=7)
     gemv = {"float32": {"ms": 1e3 * t_head, "MB": head.numel() * 4 / 1e6}}
-    for name in ("int8", "int4 (file)") + x8:
+    for name in ("int8", "int4 (file)", "int8 x8", "int4 (file) x8"):
         layer = models[name].embed.head
         t = median_time(lambda: layer(x1), repeat=7)
         gemv[name] = {"ms": 1e3 * t, "MB": layer.blocks.numel() / 1e6}
@@ -243,6 +252,7 @@ def main() -> None:
     best8 = max(("int8", "int8 x8"), key=tok_s.get)
     best4 = max(("int4 (file)", "int4 (file) x8"), key=tok_s.get)
     targets = {"int8_speedup": tok_s[best8] / base, "int4_speedup": tok_s[best4] / base,
+               "int4_fused_over_modules": tok_s["int4 (file)"] / tok_s["int4 (file) modules"],
                "int8_weight_only_speedup": tok_s["int8"] / base, "int4_weight_only_speedup": tok_s["int4 (file)"] / base}
     if "llama.cpp" in tok_s:
         targets["llama_cpp_over_int4"] = tok_s["llama.cpp"] / tok_s[best4]
