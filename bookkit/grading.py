@@ -395,9 +395,9 @@ class SandboxedExecute(Execute):
     probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
     max_processes = Integer(128, help="processes and threads a submission's kernel may have at once "
                                       "(a fork bomb fails at this cap)").tag(config=True)
-    # a kernel's start (bwrap, the interpreter, the library's imports) is about a third of a
-    # submission's CPU time: started ahead, it runs on the second core while this submission's
-    # cells run on the first. Each spare is a fresh sandbox, used by one submission only.
+    # a kernel's start (bwrap, the interpreter, the library's imports) started ahead runs on the
+    # second core while this submission's cells run on the first. Each spare is a fresh sandbox,
+    # used by one submission only.
     prestart = Integer(1, help="kernels started ahead for the next submissions of this process: their "
                                "start and imports overlap this submission's cells").tag(config=True)
     # the outputs are collected when the last cell ends: a graceful shutdown would only wait for

@@ -10,7 +10,8 @@ solution, a fake ``transformer_lib/`` beside the notebook, code that reads the c
 another student's submission and the repository's chapters and writes the gradebook, ipykernel
 patched to report success, a process forked to outlive the cell, an endless loop, a memory bomb,
 an object equal to everything, ``builtins`` overridden, and a kernel that ends itself. The
-expected scores come from which answers the test wrote, never from the grader.
+expected scores come from which answers the test wrote, never from the grader. Each chapter is
+graded in a course of its own (its own gradebook), the two side by side.
 """
 from __future__ import annotations
 
@@ -249,38 +250,50 @@ def _orphans() -> list[int]:
     return found
 
 
+def _grade_assignment(root: Path, name: str) -> dict:
+    """Release ``name`` in the course at ``root``, write every submission of it and autograde them
+    (bookkit.grading.autograde_class: one nbgrader autograde process for the class, each next
+    kernel started while one submission runs)."""
+    times = {f"generate_assignment {name}": nbgrader(root, "generate_assignment", name, "--force")}
+    release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
+    source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
+    for student in students_of(name):
+        out = root / "submitted" / student / name / f"{name}.ipynb"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(build(student, name, release, source, root), str(out))
+        if student == "fakepkg":
+            fake_package(out.parent)
+    inode = (root / "gradebook.db").stat().st_ino
+    start = time.perf_counter()
+    result = grading.autograde_class(root, name, extra=[f"--SandboxedExecute.call_timeout={CALL_TIMEOUT}",
+                                                       f"--SandboxedExecute.timeout={CELL_TIMEOUT}",
+                                                       "--SandboxedExecute.prestart=1"])
+    times[f"autograde {name}"] = time.perf_counter() - start
+    print(f"\nautograde {name}: {times[f'autograde {name}']:.1f} s for {len(result)} submissions")
+    return {"times": times, "logs": {s: r["log"] for s, r in result.items()}, "gradebook_inode": inode}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The course written by bookkit.course, both assignments released, submitted and autograded
-    (bookkit.grading.autograde_class: one nbgrader autograde process for the class)."""
+    """The course written by bookkit.course, once per assignment (each course holds both
+    chapters' sources, so the escape attempt has other chapters' solutions to look for, and its
+    own gradebook), released, submitted and autograded. The two courses are graded side by side:
+    two nbgrader processes, never two writers of one SQLite gradebook."""
+    from concurrent.futures import ThreadPoolExecutor
     if not grading.bwrap_available():
         pytest.skip("bwrap missing: make sandbox-deps")
-    root = tmp_path_factory.mktemp("course")
-    written = course.write_course(CHAPTERS, root, only=ASSIGNMENTS)
-    assert [p.stem for p in written] == ASSIGNMENTS
-    times, logs = {}, {}
-    for name in ASSIGNMENTS:
-        times[f"generate_assignment {name}"] = nbgrader(root, "generate_assignment", name, "--force")
-        release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
-        source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
-        for student in students_of(name):
-            out = root / "submitted" / student / name / f"{name}.ipynb"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(build(student, name, release, source, root), str(out))
-            if student == "fakepkg":
-                fake_package(out.parent)
-    gradebook_inode = (root / "gradebook.db").stat().st_ino
-    for name in ASSIGNMENTS:
-        start = time.perf_counter()
-        result = grading.autograde_class(root, name, extra=[f"--SandboxedExecute.call_timeout={CALL_TIMEOUT}",
-                                                           f"--SandboxedExecute.timeout={CELL_TIMEOUT}"])
-        times[f"autograde {name}"] = time.perf_counter() - start
-        logs[name] = {s: r["log"] for s, r in result.items()}
-        print(f"\nautograde {name}: {times[f'autograde {name}']:.1f} s for {len(result)} submissions")
+    roots = {name: tmp_path_factory.mktemp(f"course-{name}") for name in ASSIGNMENTS}
+    for root in roots.values():
+        written = course.write_course(CHAPTERS, root, only=ASSIGNMENTS)
+        assert [p.stem for p in written] == ASSIGNMENTS
+    with ThreadPoolExecutor(max_workers=len(ASSIGNMENTS)) as pool:
+        done = dict(zip(ASSIGNMENTS, pool.map(_grade_assignment, roots.values(), ASSIGNMENTS)))
     orphans = _orphans()
     for pid in orphans:  # started through this test's submissions: stopped by their ids
         os.kill(pid, 9)
-    return {"root": root, "times": times, "logs": logs, "orphans": orphans, "gradebook_inode": gradebook_inode}
+    return {"roots": roots, "times": {k: v for d in done.values() for k, v in d["times"].items()},
+            "logs": {name: d["logs"] for name, d in done.items()}, "orphans": orphans,
+            "gradebook_inode": {name: d["gradebook_inode"] for name, d in done.items()}}
 
 
 def scores(root: Path, assignment: str, student: str) -> list[float]:
@@ -328,8 +341,7 @@ def test_a_solution_cell_keeps_the_def_line_and_the_stub_hint():
 
 
 def test_release_has_stubs_and_no_solutions_or_hidden_tests(graded):
-    root = graded["root"]
-    for name in ASSIGNMENTS:
+    for name, root in graded["roots"].items():
         release = (root / "release" / name / f"{name}.ipynb").read_text()
         source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
         for answer in instructor_answers(source):
@@ -341,8 +353,7 @@ def test_release_has_stubs_and_no_solutions_or_hidden_tests(graded):
 
 def test_a_graded_cell_is_the_same_in_source_and_release(graded):
     """No hidden part: the released check cell is the source's, so its checksum matches."""
-    root = graded["root"]
-    for name in ASSIGNMENTS:
+    for name, root in graded["roots"].items():
         source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
         release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
         assert [c.source for c in graded_cells(source)] == [c.source for c in graded_cells(release)]
@@ -352,7 +363,7 @@ def test_a_graded_cell_is_the_same_in_source_and_release(graded):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_instructor_solutions_get_full_marks_without_checksum_warnings(graded, assignment):
-    assert scores(graded["root"], assignment, "solutions") == [course.POINTS] * EXERCISES[assignment]
+    assert scores(graded["roots"][assignment], assignment, "solutions") == [course.POINTS] * EXERCISES[assignment]
     for student in ("solutions", "untouched", "partial"):
         assert "has changed" not in graded["logs"][assignment][student]
 
@@ -360,7 +371,7 @@ def test_instructor_solutions_get_full_marks_without_checksum_warnings(graded, a
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_partial_answer_gets_exactly_the_solved_exercises(graded, assignment):
     expected = [course.POINTS if n in PARTIAL[assignment] else 0 for n in range(EXERCISES[assignment])]
-    assert scores(graded["root"], assignment, "partial") == expected
+    assert scores(graded["roots"][assignment], assignment, "partial") == expected
 
 
 def _solutions_still_in_the_package() -> bool:
@@ -372,25 +383,26 @@ def _solutions_still_in_the_package() -> bool:
 def test_untouched_and_every_attack_get_zero(graded, assignment, student, request):
     if student == "askref" and _solutions_still_in_the_package():
         request.applymarker(pytest.mark.xfail(strict=True, reason="the registry still ships solutions"))
-    assert scores(graded["root"], assignment, student) == [0] * EXERCISES[assignment]
+    assert scores(graded["roots"][assignment], assignment, student) == [0] * EXERCISES[assignment]
 
 
 def test_autograded_check_cells_are_the_instructors_and_files_beside_are_dropped(graded):
-    root = graded["root"]
-    nb = nbformat.read(str(root / "autograded" / "lockededit" / "01-attention" / "01-attention.ipynb"), 4)
+    roots = graded["roots"]
+    nb = nbformat.read(str(roots["01-attention"] / "autograded" / "lockededit" / "01-attention" / "01-attention.ipynb"), 4)
     assert all(c.source.lstrip().startswith(("assert check(", "from ")) for c in graded_cells(nb))
     assert all("assert True" not in c.source for c in graded_cells(nb))
-    for name in ASSIGNMENTS:
+    for name, root in roots.items():
         assert [p.name for p in (root / "autograded" / "fakepkg" / name).iterdir()] == [f"{name}.ipynb"]
 
 
 def test_the_sandbox_kept_the_course_and_the_machine_safe(graded):
     """The escape attempt read nothing and wrote nothing; no forked process outlived grading."""
-    root = graded["root"]
-    assert not (root / "PWNED").exists()
-    assert (root / "gradebook.db").stat().st_ino == graded["gradebook_inode"]
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.COURSE_ID) as gb:
-        assert {s.id for s in gb.students} == {s for a in ASSIGNMENTS for s in students_of(a)}
+    for name, root in graded["roots"].items():
+        assert not (root / "PWNED").exists()
+        assert (root / "gradebook.db").stat().st_ino == graded["gradebook_inode"][name]
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}", course.COURSE_ID) as gb:
+            assert {s.id for s in gb.students} == set(students_of(name))
+    root = graded["roots"]["01-attention"]
     escaped = nbformat.read(str(root / "autograded" / "escape" / "01-attention" / "01-attention.ipynb"), 4)
     first = answer_cells(escaped)[0]
     printed = "".join(o.get("text", "") for o in first.outputs)
@@ -400,7 +412,7 @@ def test_the_sandbox_kept_the_course_and_the_machine_safe(graded):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_feedback_has_scores_verdicts_and_no_solution(graded, assignment):
-    root, times = graded["root"], graded["times"]
+    root, times = graded["roots"][assignment], graded["times"]
     times[f"generate_feedback {assignment}"] = nbgrader(root, "generate_feedback", assignment)
     source = nbformat.read(str(root / "source" / assignment / f"{assignment}.ipynb"), as_version=4)
     secret = [line.strip() for answer in instructor_answers(source) for line in answer.split("\n")
@@ -423,11 +435,13 @@ def test_feedback_has_scores_verdicts_and_no_solution(graded, assignment):
 
 
 def test_grades_export_to_csv(graded):
-    root = graded["root"]
-    nbgrader(root, "export", "--to", str(root / "grades.csv"))
-    rows = (root / "grades.csv").read_text().strip().split("\n")
-    header = rows[0].split(",")
-    table = {(r.split(",")[0], r.split(",")[3]): float(r.split(",")[header.index("score")]) for r in rows[1:]}
+    table = {}
+    for root in graded["roots"].values():
+        nbgrader(root, "export", "--to", str(root / "grades.csv"))
+        rows = (root / "grades.csv").read_text().strip().split("\n")
+        header = rows[0].split(",")
+        table.update({(r.split(",")[0], r.split(",")[3]): float(r.split(",")[header.index("score")])
+                      for r in rows[1:]})
     assert table[("01-attention", "solutions")] == 4.0
     assert table[("15-tokenization", "solutions")] == 3.0
     assert table[("15-tokenization", "partial")] == 1.0
@@ -488,6 +502,42 @@ def test_the_sandbox_has_no_network_course_or_root_rights(tmp_path):
     assert "chapters" not in res["repo"] and "tests" not in res["repo"]  # only the library and the venv
     with pytest.raises(ValueError, match="memory_bytes"):
         grading.sandbox_command(["x"], writable=[], memory_bytes=0)
+
+
+WIDGET_CELL = ("import ipywidgets as W\n"
+               "def _show(x):\n    print('x is', x)\n"
+               "display(W.VBox([W.IntSlider(3), W.interactive_output(_show, {'x': W.IntSlider(3)})]))\n")
+
+
+def _run_widget_cell(monkeypatch, executor) -> tuple[list[str], str]:
+    """Run WIDGET_CELL (an ``interactive_output``, the kind every ``explore`` makes) through
+    ``executor``; return the types of the messages the grader sent the kernel, and the cell's stdout."""
+    from jupyter_client.channels import ZMQSocketChannel
+    sent, send = [], ZMQSocketChannel.send
+
+    def recording(channel, msg):
+        sent.append(msg["header"]["msg_type"])
+        return send(channel, msg)
+
+    monkeypatch.setattr(ZMQSocketChannel, "send", recording)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(WIDGET_CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor.preprocess(nb, {})
+    cell = nb.cells[0]
+    assert not [o for o in cell.outputs if o.get("output_type") == "error"], cell.outputs
+    return sent, "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+
+
+@requires_bwrap
+def test_the_grader_sends_the_kernel_nothing_during_a_widget_cell(monkeypatch):
+    """The lost reply at chapter 1's explore cells: nbclient's Output-widget mimic sent the
+    widget's state to the kernel on the shell socket while the same client polled that socket for
+    the cell's reply. SandboxedExecute mimics no widget: the only shell message of the cell is its
+    execute_request, and what the widget printed is the cell's own output."""
+    sent, printed = _run_widget_cell(monkeypatch, grading.SandboxedExecute(timeout=120, prestart=0))
+    assert "comm_msg" not in sent, sent
+    assert sent.count("execute_request") == 1, sent
+    assert "x is 3" in printed
 
 
 # -- make progress: the same regrade, for a learner --------------------------------------------------
