@@ -1,11 +1,12 @@
 """A fork bomb in a submission is stopped at the sandbox's process cap (bookkit/process_limit.py),
 scores nothing, and leaves the grader, the next submission and the machine working.
 
-Real nbgrader on chapter 1: one submission starts a fork bomb in its first answer cell (it keeps
-forking for a few seconds, ignoring every refused fork, so that only the cap can bound it),
-graded in the same ``nbgrader autograde`` process as the instructor's solutions. Bounded: the
-bomb stops itself after ``BOMB_SECONDS``, the cell limit is ``CELL_TIMEOUT``, the whole autograde
-``AUTOGRADE_TIMEOUT``; what it started dies with its sandbox's pid namespace and its control group.
+Real nbgrader on chapter 1: one submission starts a fork bomb in its first answer cell (every
+process keeps forking past refused forks, so that only the cap can bound it), graded in the
+same ``nbgrader autograde`` process as the instructor's solutions. Bounded: each of the bomb's
+processes stops after ``REFUSALS`` refused forks or ``BOMB_SECONDS``, the cell limit is
+``CELL_TIMEOUT``, the whole autograde ``AUTOGRADE_TIMEOUT``; what it started dies with its
+sandbox's pid namespace and its control group.
 """
 from __future__ import annotations
 
@@ -29,12 +30,17 @@ from bookkit.conventions import CHAPTERS  # noqa: E402
 ASSIGNMENT = "01-attention"
 EXERCISES = 4
 CAP = 64                 # processes and threads a kernel may have in this test
-BOMB_SECONDS = 6
+BOMB_SECONDS = 40          # at most; under the cell limit below
+REFUSALS = 20
 CELL_TIMEOUT = 60
 AUTOGRADE_TIMEOUT = 900
 MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
-FORK_BOMB = (f"import os, time\n_end = time.time() + {BOMB_SECONDS}\n"
-             "while time.time() < _end:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+# each process forks until the cap has refused it REFUSALS times or BOMB_SECONDS have passed: on
+# a loaded machine a bomb bounded by time alone could end before it reached the cap (seen at load
+# ~20, with the next submission's kernel starting beside it)
+FORK_BOMB = (f"import os, time\n_end, _refused = time.time() + {BOMB_SECONDS}, 0\n"
+             f"while time.time() < _end and _refused < {REFUSALS}:\n    try:\n        os.fork()\n"
+             "    except OSError:\n        _refused += 1\n")
 BOUNDED_FORKS = ("import os, sys, time\nkids, refused = [], 0\n"
                  "for _ in range(200):\n    try:\n        pid = os.fork()\n"
                  "    except OSError:\n"
@@ -82,7 +88,7 @@ def test_forks_past_the_cap_are_refused_in_the_sandbox():
     finally:
         if group:
             group.close()
-    assert _groups() == before
+    assert not set(_groups()) - set(before)
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +156,8 @@ def test_the_fork_bomb_hit_the_cap_and_the_machine_kept_its_processes(bombed):
     # at most two kernels at once (with SandboxedExecute.prestart the next one is already up), each
     # capped; other users of the machine come and go, hence the margin
     assert bombed["peak"] - bombed["baseline"] < 2 * CAP + 100
-    assert _groups() == bombed["groups_before"]  # every kernel's group removed
+    # every kernel's group removed (other graders on the machine share the parent: theirs may end meanwhile)
+    assert not set(_groups()) - set(bombed["groups_before"])
     assert bombed["seconds"] < AUTOGRADE_TIMEOUT
 
 
