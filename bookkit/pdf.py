@@ -28,9 +28,8 @@ What the page needs before it prints (``_PREPARE_JS``):
   page instead of leaving its empty frame at the bottom of this one; a longer cell breaks, its
   frame repeated on both pages (``box-decoration-break: clone``);
 - a figure more than ``WIDE_RATIO`` times wider than tall (a row of panels) turned a quarter on a
-  page of its own and as large as the printable page allows with its aspect ratio kept
-  (``printable_px``: about 1.43 times its length across the column; Chromium lays every page out
-  at one width, so a landscape page would not widen it);
+  page of its own, 1.36 times as large as across the column (Chromium lays every page out at one
+  width, so a landscape page would not widen it);
 - display equations scaled to the printed column (book/_assets/js/fit-math.js).
 """
 from __future__ import annotations
@@ -46,8 +45,8 @@ from . import build_book
 from .browser import chromium, serve, wait_for_mathjax
 from .sphinx_book import library_version
 
-__all__ = ["SINGLEHTML", "PDF", "KEEP_LINES", "WIDE_RATIO", "PAGE_MM", "MARGIN_MM", "SCALE", "printable_mm",
-           "printable_px", "build_singlehtml", "print_pdf", "build_pdf", "ensure_pdf", "outline_pages"]
+__all__ = ["SINGLEHTML", "PDF", "KEEP_LINES", "WIDE_RATIO", "build_singlehtml", "print_pdf", "build_pdf",
+           "ensure_pdf", "outline_pages"]
 
 SINGLEHTML = build_book.BOOK / "_build" / "singlehtml"
 PDF = build_book.BOOK / "_build" / "pdf" / "book.pdf"
@@ -67,28 +66,8 @@ def build_singlehtml() -> Path:
 KEEP_LINES = 40     # a code cell this short moves whole to the next page rather than break
 WIDE_RATIO = 2.6    # a figure this much wider than tall prints on a landscape page
 
-# The printed page: A4, these margins (the footer sits in the bottom one), everything at SCALE.
-PAGE_MM = (210.0, 297.0)
-MARGIN_MM = {"top": 16.0, "bottom": 16.0, "left": 14.0, "right": 14.0}
-SCALE = 0.85
-_TURN_FILL = 0.98   # of the printable length: a turned figure that rounds to one pixel more would push a blank page
-
-
-def printable_mm() -> tuple[float, float]:
-    """(width, height) in mm of the part of a page the book is printed on (inside the margins)."""
-    return (PAGE_MM[0] - MARGIN_MM["left"] - MARGIN_MM["right"], PAGE_MM[1] - MARGIN_MM["top"] - MARGIN_MM["bottom"])
-
-
-def printable_px() -> tuple[float, float]:
-    """(width, height) of the printable area in CSS pixels of the printed layout, the box a turned
-    figure is fitted into: Chromium lays the page out at 96 px per inch divided by ``SCALE``, so
-    at A4 the column is about 809 px wide and 1178 px tall."""
-    px = 96 / 25.4 / SCALE
-    w, h = printable_mm()
-    return (w * px, h * px)
-
 _PREPARE_JS = """(args) => {
-  const [parts, keepLines, wideRatio, [boxWidth, boxHeight]] = args;
+  const [parts, keepLines, wideRatio] = args;
   // headings: one space where the source had a line break (the PDF outline is made from them)
   document.querySelectorAll('h1, h2, h3, h4').forEach(h => h.childNodes.forEach(n => {
     if (n.nodeType === 3) n.textContent = n.textContent.replace(/\\s+/g, ' '); }));
@@ -98,14 +77,10 @@ _PREPARE_JS = """(args) => {
     const lines = pre ? pre.textContent.split('\\n').length : 0;
     if (lines && lines <= keepLines) c.classList.add('tlib-keep');
   });
-  // wide figures (not a widget's frames): turned a quarter, a page each, as large as the page
-  // allows with the aspect ratio kept: its length runs down the page, its height across it
+  // wide figures (not a widget's frames): turned a quarter, a page each
   document.querySelectorAll('article div.cell_output img').forEach(i => {
-    const ratio = i.naturalHeight ? i.naturalWidth / i.naturalHeight : 0;
-    if (ratio > wideRatio && !i.closest('.tlib-widget') && i.parentElement.querySelectorAll('img').length === 1) {
-      i.parentElement.classList.add('tlib-wide-figure');
-      i.parentElement.style.setProperty('--tlib-turned', Math.floor(Math.min(boxHeight, boxWidth * ratio)) + 'px');
-    }
+    if (i.naturalHeight && i.naturalWidth / i.naturalHeight > wideRatio && !i.closest('.tlib-widget')
+        && i.parentElement.querySelectorAll('img').length === 1) i.parentElement.classList.add('tlib-wide-figure');
   });
   // the contents page (the book theme's print table of contents): a page-number slot per entry
   const entries = [...document.querySelectorAll('#jb-print-toc a[href^="#document-"]')];
@@ -220,8 +195,9 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
     """Print ``html_dir/index.html`` to ``out`` with Chromium: twice, the second time with the
     contents page's numbers read from the first print."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    options = dict(format="A4", scale=SCALE, print_background=True, outline=True, tagged=True,
-                   prefer_css_page_size=True, margin={k: f"{v}mm" for k, v in MARGIN_MM.items()},
+    options = dict(format="A4", scale=0.85, print_background=True, outline=True, tagged=True,
+                   prefer_css_page_size=True,
+                   margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
                    display_header_footer=True, header_template="<div></div>",
                    footer_template=_FOOTER.format(version=library_version()))
     with serve(html_dir) as site, chromium() as browser:
@@ -234,9 +210,7 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
         page.evaluate("() => document.querySelectorAll('div.cell.tag_solution details').forEach(d => d.open = true)")
         page.evaluate("async () => { document.querySelectorAll('img').forEach(i => i.loading = 'eager');"
                       " await Promise.all([...document.images].map(i => i.decode().catch(() => null))); }")
-        w, h = printable_px()
-        box = [w, h * _TURN_FILL]
-        entries, headings = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO, box])
+        entries, headings = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO])
         with tempfile.TemporaryDirectory() as tmp:
             first = Path(tmp) / "first.pdf"
             page.pdf(path=str(first), **options)
