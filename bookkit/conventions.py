@@ -131,17 +131,26 @@ def _environment(values: dict[str, str]):
 
 
 def execute_notebook(nb, folder: str | Path, timeout: int = 900, allow_errors: bool = False,
-                     env: dict[str, str] | None = None) -> float:
+                     env: dict[str, str] | None = None, widgets: bool = True) -> float:
     """Run ``nb`` (a nbformat notebook, changed in place) in ``folder``; return the wall time in s.
 
-    ``store_widget_state=True`` is required: with False, nbclient crashes on ``interact``. ``env``
-    is set for the kernel on top of ``EXECUTION_DEFAULTS`` (which yield to the caller's own
-    environment variables)."""
+    ``widgets=True`` (the chapters' baselines) stores the widgets' state for the static book
+    (``store_widget_state=True`` is required then: with False, nbclient crashes on ``interact``).
+    ``widgets=False`` (reading a reader's progress) mimics no widget: nbclient's mimic of an
+    ``ipywidgets.Output`` sends the widget's state to the kernel on the shell socket mid-cell while
+    it waits on that socket for the reply, the hang bookkit.grading avoids the same way (nbclient
+    #312; a chapter-1 student copy waited out the 600 s timeout in CI). ``env`` is set for the kernel
+    on top of ``EXECUTION_DEFAULTS`` (which yield to the caller's own environment variables)."""
     from nbclient import NotebookClient
 
+    class NoWidgetClient(NotebookClient):
+        def on_comm_open_jupyter_widget(self, msg):  # no OutputWidget mimic: outputs stay the cell's
+            return None
+
     values = {k: v for k, v in EXECUTION_DEFAULTS.items() if k not in os.environ} | dict(env or {})
-    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL_NAME, store_widget_state=True,
-                            allow_errors=allow_errors, resources={"metadata": {"path": str(folder)}})
+    client = (NotebookClient if widgets else NoWidgetClient)(
+        nb, timeout=timeout, kernel_name=KERNEL_NAME, store_widget_state=widgets,
+        allow_errors=allow_errors, resources={"metadata": {"path": str(folder)}})
     with _environment(values):
         start = time.perf_counter()
         client.execute()

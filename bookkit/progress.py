@@ -72,7 +72,8 @@ def notebook_progress(path: str | Path, execute: bool = True, timeout: int = 600
     nonce = secrets.token_hex(16)
     nb.cells.append(nbformat.v4.new_code_cell(regrade_cell(checks, nonce)))
     # no need to precompute the widgets' static renderings here
-    execute_notebook(nb, path.parent, timeout=timeout, allow_errors=True, env={"TLIB_STATIC_WIDGETS": "0"})
+    execute_notebook(nb, path.parent, timeout=timeout, allow_errors=True, env={"TLIB_STATIC_WIDGETS": "0"},
+                     widgets=False)
     found = [out["data"][MIME] for out in nb.cells[-1].get("outputs", [])
              if out.get("output_type") == "display_data" and MIME in out.get("data", {})]
     verdicts = next((f["verdicts"] for f in found if f.get("nonce") == nonce), {})
