@@ -130,6 +130,17 @@ def _environment(values: dict[str, str]):
                 os.environ[k] = v
 
 
+class NoWidgetMimic:
+    """Mixin for an nbclient client (or nbconvert/nbgrader preprocessor): widgets the kernel opens
+    are not mimicked. nbclient's handler returns an ``OutputWidget`` for an ``ipywidgets.Output``,
+    which sends the widget's state to the kernel on the shell socket mid-cell while the client
+    polls that socket for the cell's reply (nbclient #312); without it a widget's outputs become
+    the cell's own. Used by bookkit.grading and by ``execute_notebook(widgets=False)``."""
+
+    def on_comm_open_jupyter_widget(self, msg):
+        return None
+
+
 def execute_notebook(nb, folder: str | Path, timeout: int = 900, allow_errors: bool = False,
                      env: dict[str, str] | None = None, widgets: bool = True) -> float:
     """Run ``nb`` (a nbformat notebook, changed in place) in ``folder``; return the wall time in s.
@@ -143,9 +154,8 @@ def execute_notebook(nb, folder: str | Path, timeout: int = 900, allow_errors: b
     on top of ``EXECUTION_DEFAULTS`` (which yield to the caller's own environment variables)."""
     from nbclient import NotebookClient
 
-    class NoWidgetClient(NotebookClient):
-        def on_comm_open_jupyter_widget(self, msg):  # no OutputWidget mimic: outputs stay the cell's
-            return None
+    class NoWidgetClient(NoWidgetMimic, NotebookClient):
+        pass
 
     values = {k: v for k, v in EXECUTION_DEFAULTS.items() if k not in os.environ} | dict(env or {})
     client = (NotebookClient if widgets else NoWidgetClient)(

@@ -47,6 +47,7 @@ from nbformat import v4
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
+from bookkit.conventions import NoWidgetMimic
 from bookkit.process_limit import ProcessGroup, joining_command, pids_root
 
 __all__ = ["NOBODY", "sandbox_command", "SandboxedKernelManager", "KernelFunction", "KernelError",
@@ -379,7 +380,7 @@ class KernelFunction:
         return f"<the student's {self._expression} (in the sandbox)>"
 
 
-class SandboxedExecute(Execute):
+class SandboxedExecute(NoWidgetMimic, Execute):
     """nbgrader's ``Execute`` with the kernel in a sandbox and the graded cells decided here.
 
     Non-graded cells run in the sandboxed kernel as usual. A graded cell (``assert check("name",
@@ -416,11 +417,6 @@ class SandboxedExecute(Execute):
     # failure reproduced on demand. The grade needs neither: a widget's outputs become the
     # cell's own, and nothing is sent to the kernel during a cell (test_course.py checks that).
     store_widget_state = Bool(False).tag(config=True)
-
-    def on_comm_open_jupyter_widget(self, msg):
-        """A widget opened by the kernel: no mimic of it here (nbclient's handler would return an
-        ``OutputWidget`` for an ``Output``)."""
-        return None
 
     def preprocess(self, nb, resources=None, km=None):
         if self.require_sandbox and not bwrap_available():
