@@ -191,9 +191,9 @@ def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():
     losses = {}
     for layers in (1, 2):
         model, record = load_induction_run(layers)
-        cfg = record.get("config") or {"context": 32, "min_repeat": 6}  # older runs: learned, context 32
-        tokens, in_context = ind.repeated_random_tokens(64, cfg["context"], model.head.weight.shape[0],
-                                                        cfg.get("min_repeat", 6), torch.Generator().manual_seed(7))
+        cfg = record["config"]  # the packaged runs are saved with their model config
+        tokens, in_context = ind.repeated_random_tokens(64, cfg["context"], cfg["vocab"], 6,
+                                                        torch.Generator().manual_seed(7))
         assert model.head.weight is not model.embed.weight  # trained untied
         assert len(model.blocks) == layers and record["patterns"].shape[1] == layers
         with torch.no_grad():
