@@ -210,6 +210,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 # Kernels started ahead for the next submissions of this autograde process, by configuration:
 # each was started for no one, and each is used by one submission only.
 _SPARES: dict[tuple, list[SandboxedKernelManager]] = {}
+_USED: dict[tuple, int] = {}  # kernels handed to submissions so far, by the same configuration
 
 
 def _new_sandbox() -> str:
@@ -401,6 +402,10 @@ class SandboxedExecute(NoWidgetMimic, Execute):
     # used by one submission only.
     prestart = Integer(1, help="kernels started ahead for the next submissions of this process: their "
                                "start and imports overlap this submission's cells").tag(config=True)
+    # without it the last submission of a process starts a spare that no one uses (a whole kernel
+    # start and its imports, about 3 CPU-s)
+    kernels_needed = Integer(0, help="submissions this process grades in all (autograde_class sets it): "
+                                     "no kernel is started ahead past that many; 0: unknown").tag(config=True)
     # the outputs are collected when the last cell ends: a graceful shutdown would only wait for
     # the kernel's interpreter to tear itself down (about 3 s a submission, measured)
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
@@ -464,6 +469,7 @@ class SandboxedExecute(NoWidgetMimic, Execute):
                 km = None
         if km is not None:
             self.log.info("a kernel started %.1f s ahead", time.perf_counter() - km.started)
+        _USED[self._kernel_key()] = _USED.get(self._kernel_key(), 0) + 1
         self.km = self._manager = km or self._new_manager()
         self._sandbox = self.km.sandbox_dir
         return self.km
@@ -472,8 +478,10 @@ class SandboxedExecute(NoWidgetMimic, Execute):
         """The client of this submission's kernel; once it answers, the next submissions'
         kernels are started (they boot while this one runs)."""
         kc = await super().async_start_new_kernel_client()
-        spares = _SPARES.setdefault(self._kernel_key(), [])
-        while len(spares) < self.prestart:
+        key = self._kernel_key()
+        spares = _SPARES.setdefault(key, [])
+        while len(spares) < self.prestart and (not self.kernels_needed
+                                               or _USED.get(key, 0) + len(spares) < self.kernels_needed):
             km = self._new_manager()
             await km.start_kernel(extra_arguments=self._kernel_arguments())
             km.started = time.perf_counter()
@@ -637,7 +645,8 @@ def autograde_class(course: str | Path, assignment: str, jobs: int = 1, students
         others = ",".join(s for s in everyone if s not in group)
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--force",
-                               f"--CourseDirectory.student_id_exclude={others}", *extra],
+                               f"--CourseDirectory.student_id_exclude={others}",
+                               f"--SandboxedExecute.kernels_needed={len(group)}", *extra],
                               cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
         seconds = (time.perf_counter() - start) / len(group)
         logs = _split_log(proc.stdout + proc.stderr, course / "submitted", assignment)

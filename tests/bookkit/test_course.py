@@ -8,8 +8,9 @@ lines, ``check`` rebound, ``Exercise.run`` replaced, ``numpy.allclose``/``torch.
 ``torch.equal`` patched beside a wrong answer of the right shape, the registry asked for the
 solution, a fake ``transformer_lib/`` beside the notebook, code that reads the course source,
 another student's submission and the repository's chapters and writes the gradebook, ipykernel
-patched to report success, a process forked to outlive the cell, an endless loop, a memory bomb,
-an object equal to everything, ``builtins`` overridden, and a kernel that ends itself. The
+patched to report success, a process forked to outlive the cell, an endless loop (in the first
+answer: the call's time limit stops it and the kernel answers the next calls), a memory bomb, an
+object equal to everything, ``builtins`` overridden, and a kernel that ends itself. The
 expected scores come from which answers the test wrote, never from the grader. Each chapter is
 graded in a course of its own (its own gradebook), the two side by side.
 """
@@ -42,6 +43,13 @@ ISSUE_ATTACKS = ["runpatch", "allclose", "askref", "fakepkg", "escape"]  # the f
 MORE_ATTACKS = ["lockededit", "fakepass", "rebound", "kernelpatch", "orphan", "loop", "membomb",
                 "alwayseq", "builtins", "exitkernel"]
 ATTACKS = {"01-attention": ISSUE_ATTACKS + MORE_ATTACKS, "15-tokenization": ISSUE_ATTACKS}
+# The instructor's solutions and the untouched release run every cell of the chapter (its figures,
+# widgets and pretrained model: the assignment as a class submits it). Every other submission also
+# deletes the chapter's demonstration cells (``without_demonstrations``): a graded cell is decided
+# by the checker outside the kernel, so those cells cannot change a grade, and running them in two
+# dozen more kernels cost most of this test's time. ``partial`` is the control of that form: its
+# solved exercises score there, so a zero of an attack is not a notebook that cannot score.
+WHOLE_CHAPTER = {"solutions", "untouched"}
 MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
 ORPHAN = f"tlib-orphan-{uuid.uuid4().hex[:8]}"  # in the command line of the process that tries to stay
 CALL_TIMEOUT = 8   # seconds per call of a student's function in this test (the course's default: 60)
@@ -121,12 +129,25 @@ def solved(release, source, positions=None, wrong_elsewhere=False):
     return nb
 
 
-def with_lines(release, source, first="", each="", wrong=False):
+def with_lines(release, source, first="", each="", wrong=False, at=None):
     """The release with ``first`` added to the first answer cell and ``each`` (formatted with
-    ``{name}``, ``{answer}``) after every answer; ``wrong``: right-shaped wrong answers, else stubs."""
+    ``{name}``, ``{answer}``) after every answer (only the answers at positions ``at`` when
+    given); ``wrong``: right-shaped wrong answers, else stubs."""
     nb = solved(release, source, positions=[], wrong_elsewhere=wrong)
     for n, (cell, (name, answer)) in enumerate(zip(answer_cells(nb), answer_names(source))):
-        cell.source = (first + "\n" if n == 0 else "") + cell.source + "\n" + each.format(name=name, answer=answer)
+        after = each.format(name=name, answer=answer) if at is None or n in at else ""
+        cell.source = (first + "\n" if n == 0 else "") + cell.source + "\n" + after
+    return nb
+
+
+def without_demonstrations(nb):
+    """``nb`` with the chapter's demonstration cells deleted, as a student may delete them (they
+    carry no nbgrader metadata, so nbgrader neither restores nor needs them): the first code cell
+    (the chapter's imports, by the chapter rules of book/authoring.md) and every cell from the
+    first answer cell on stay."""
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    first_answer = next(i for i, c in enumerate(nb.cells) if _meta(c).get("solution"))
+    nb.cells = [c for i, c in enumerate(nb.cells) if i == first_code or i >= first_answer]
     return nb
 
 
@@ -208,7 +229,13 @@ def fake_package(out_dir: Path) -> None:
 
 
 def build(student: str, assignment: str, release, source, root: Path):
-    """The notebook ``student`` submits for ``assignment``."""
+    """The notebook ``student`` submits for ``assignment``: the whole chapter for the students in
+    WHOLE_CHAPTER, else without the chapter's demonstration cells."""
+    nb = _build(student, assignment, release, source, root)
+    return nb if student in WHOLE_CHAPTER else without_demonstrations(nb)
+
+
+def _build(student: str, assignment: str, release, source, root: Path):
     if student == "solutions":
         return solved(release, source)
     if student in ("untouched", "fakepkg"):  # fakepkg: the files beside it are added by the fixture
@@ -226,7 +253,7 @@ def build(student: str, assignment: str, release, source, root: Path):
              "escape": dict(first=escape(root)),
              "kernelpatch": dict(first=KERNEL_PATCH),
              "orphan": dict(first=ORPHAN_CODE),
-             "loop": dict(each="{answer} = lambda *a, **k: [None for _ in iter(int, 1)]\n"),
+             "loop": dict(each="{answer} = lambda *a, **k: any(False for _ in iter(int, 1))\n", at=[0]),
              "membomb": dict(first=MEMORY_BOMB, each="{answer} = lambda *a, **k: bytearray(64 * 2**30)\n"),
              "alwayseq": dict(first=ALWAYS_EQUAL, each="{answer} = _Always()\n"),
              "builtins": dict(first=BUILTINS, wrong=True),
@@ -432,6 +459,9 @@ def test_feedback_has_scores_verdicts_and_no_solution(graded, assignment):
                       assignment / f"{assignment}.ipynb").read_text()]
             assert not leaked, f"{student}'s feedback shows solution lines {leaked}"
         assert total == n or "NOT YET [" in text  # a failed check says so
+        if student == "loop":  # the endless loop was stopped by the call's time limit, and the
+            # kernel answered the next exercise's calls (its stub's NotImplementedError)
+            assert f"took longer than {CALL_TIMEOUT} s" in text and "NotImplementedError" in text
 
 
 def test_grades_export_to_csv(graded):
