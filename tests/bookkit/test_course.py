@@ -31,6 +31,7 @@ import pytest
 pytest.importorskip("nbgrader")
 from nbgrader.api import Gradebook  # noqa: E402
 
+from _submissions import without_demonstrations  # noqa: E402
 from bookkit import course, grading  # noqa: E402
 from bookkit.conventions import CHAPTERS, chapter_files, check_names  # noqa: E402
 
@@ -137,17 +138,6 @@ def with_lines(release, source, first="", each="", wrong=False, at=None):
     for n, (cell, (name, answer)) in enumerate(zip(answer_cells(nb), answer_names(source))):
         after = each.format(name=name, answer=answer) if at is None or n in at else ""
         cell.source = (first + "\n" if n == 0 else "") + cell.source + "\n" + after
-    return nb
-
-
-def without_demonstrations(nb):
-    """``nb`` with the chapter's demonstration cells deleted, as a student may delete them (they
-    carry no nbgrader metadata, so nbgrader neither restores nor needs them): the first code cell
-    (the chapter's imports, by the chapter rules of book/authoring.md) and every cell from the
-    first answer cell on stay."""
-    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    first_answer = next(i for i, c in enumerate(nb.cells) if _meta(c).get("solution"))
-    nb.cells = [c for i, c in enumerate(nb.cells) if i == first_code or i >= first_answer]
     return nb
 
 

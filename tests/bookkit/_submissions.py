@@ -1,0 +1,14 @@
+"""Helpers the grading tests share to build students' submissions."""
+from __future__ import annotations
+
+
+def without_demonstrations(nb):
+    """``nb`` with the chapter's demonstration cells deleted, as a student may delete them (they
+    carry no nbgrader metadata, so nbgrader neither restores nor needs them): the first code cell
+    (the chapter's imports, by the chapter rules of book/authoring.md) and every cell from the
+    first answer cell on stay. The chapter's figures, BPE runs and pretrained model would only add
+    CPU time to a submission whose grade they cannot change."""
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    first_answer = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    nb.cells = [c for i, c in enumerate(nb.cells) if i == first_code or i >= first_answer]
+    return nb
