@@ -185,6 +185,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                                  "is bounded only by the pid namespace and the machine's own limits")
             return cmd
         self.process_group = ProcessGroup(parent, self.max_processes)
+        self.log.info("the kernel's control group: %s", self.process_group.path.name)
         return joining_command(cmd, self.process_group)
 
     def kill_now(self) -> int:
