@@ -10,8 +10,10 @@ maps the sandbox's uid 65534 onto root and the cap is ignored (tested: 200 forks
 group with ``pids.max`` (the kernel counts threads as well as processes there, and a task in
 the group can neither leave it nor raise the cap):
 
-- cgroup v2 (``/sys/fs/cgroup/cgroup.controllers`` lists ``pids``): the group
-  ``/sys/fs/cgroup/tlib-grading/<kernel>``;
+- cgroup v2 (the cgroup2 mount's ``cgroup.controllers`` lists ``pids``): the group
+  ``<mount>/tlib-grading/<kernel>``, where the mount is ``/sys/fs/cgroup`` on a unified machine
+  (most current distributions) and ``/sys/fs/cgroup/unified`` on a "hybrid" one, which is read
+  from ``/proc/self/mounts``;
 - cgroup v1 (a ``pids`` hierarchy at ``/sys/fs/cgroup/pids``, as on this build machine):
   ``/sys/fs/cgroup/pids/tlib-grading/<kernel>``;
 - neither writable: only ``prlimit --nproc``, which holds for a grader that is not root (the
@@ -29,7 +31,7 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["GROUP", "pids_root", "ProcessGroup", "joining_command"]
+__all__ = ["GROUP", "cgroup2_mounts", "pids_root", "ProcessGroup", "joining_command"]
 
 GROUP = "tlib-grading"
 CGROUP = Path("/sys/fs/cgroup")
@@ -63,10 +65,28 @@ def _v1_root(root: Path) -> Path | None:
     return parent
 
 
-def pids_root(root: Path = CGROUP) -> Path | None:
+def cgroup2_mounts(mounts: Path = Path("/proc/self/mounts")) -> list[Path]:
+    """Where cgroup v2 is mounted (``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` beside v1's
+    hierarchies), as this process sees it; empty where it is not."""
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return []
+    return [Path(f[1]) for f in (line.split() for line in lines) if len(f) > 2 and f[2] == "cgroup2"]
+
+
+def pids_root(root: Path | None = None) -> Path | None:
     """The folder under which one group per kernel can be made, or None where this process may
-    not create control groups with a ``pids`` controller."""
-    return _v2_root(root) or _v1_root(root)
+    not create control groups with a ``pids`` controller. With no ``root``: cgroup v2 at each of
+    its mounts that offers ``pids`` first, then v1's hierarchy under ``/sys/fs/cgroup``; with a
+    ``root``, v2 or v1 under that folder only."""
+    if root is not None:
+        return _v2_root(Path(root)) or _v1_root(Path(root))
+    for mount in cgroup2_mounts():
+        found = _v2_root(mount)
+        if found is not None:
+            return found
+    return _v1_root(CGROUP)
 
 
 class ProcessGroup:
