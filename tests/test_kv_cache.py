@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
-from transformer_lib.kv_cache import KVCache, cache_bytes_per_token
+from transformer_lib.kv_cache import KVCache, cache_bytes_per_token, step_times
 from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
 
 ATOL = 1e-5
@@ -48,6 +48,23 @@ def test_kv_cache_bookkeeping_and_bad_input():
         with pytest.raises(ValueError):
             cache_bytes_per_token(bad, 3, 64)
 
+
+
+def test_step_times_measures_both_ways_at_every_context_and_refuses_a_short_text():
+    """The chapter-17 sweep's function: one time per context and way (values are wall times, so
+    only their kind is asserted), in the order asked; the text must reach past the longest context."""
+    model = _gpt("rope")
+    ids = torch.randint(0, 11, (1, 13), generator=torch.Generator().manual_seed(0))
+    got = step_times(model, ids, [4, 12, 8], repeat=2)
+    assert set(got) == {"cached", "uncached"}
+    for times in got.values():
+        assert len(times) == 3 and all(0 < t < 60 for t in times)
+    with pytest.raises(ValueError, match="ids"):
+        step_times(model, ids, [13])
+    with pytest.raises(ValueError, match="contexts"):
+        step_times(model, ids, [0, 4])
+    with pytest.raises(ValueError, match="repeat"):
+        step_times(model, ids, [4], repeat=0)
 
 
 def _gpt(positional: str, seed: int = 0, **kwargs) -> tl.DecoderOnlyLM:

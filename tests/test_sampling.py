@@ -11,8 +11,9 @@ from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
 from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
-from transformer_lib.sampling import (apply_repetition_penalty, apply_temperature, beam_search, generate,
-                                      generate_ids, next_token_probs, sample_next, top_k_filter, top_p_filter)
+from transformer_lib.sampling import (apply_repetition_penalty, apply_temperature, beam_search,
+                                      continuation_log_probs, generate, generate_each, generate_ids,
+                                      next_token_probs, sample_next, top_k_filter, top_p_filter)
 from transformer_lib.training import sample
 
 
@@ -219,6 +220,63 @@ def test_rows_stop_at_eos_and_keep_it():
             assert new[:first] == free[row, 2:2 + first].tolist()
     ids = generate_ids(gpt, prompt[0], 12, eos_id=eos)
     assert ids == [eos]
+
+
+STRATEGIES = [{}, {"repetition_penalty": 1.5}, {"temperature": 1.0, "top_k": 4, "seed": 5},
+              {"temperature": 0.7, "top_p": 0.8, "seed": 1}, {"temperature": 1.5, "seed": 1},
+              {"temperature": 1.5, "seed": 2}]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("eos_id", [None, 7])
+def test_one_batch_of_strategies_gives_each_strategys_own_tokens(use_cache, eos_id):
+    """Chapter 17 decodes its strategies side by side in one batch: row i must be what
+    generate_ids gives for strategy i alone (its own generator, its own history for the penalty,
+    its own end-of-sequence)."""
+    torch.manual_seed(0)
+    gpt = tl.DecoderOnlyLM(11, 32, 4, 2, max_len=40, init_std=0.3).eval()
+    batch = generate_each(gpt, [1, 2, 3], 12, STRATEGIES, eos_id=eos_id, use_cache=use_cache)
+    alone = [generate_ids(gpt, [1, 2, 3], 12, eos_id=eos_id, use_cache=use_cache, **s) for s in STRATEGIES]
+    assert batch == alone
+    assert len({tuple(r) for r in batch}) >= 4  # the strategies really differ on this model
+    if eos_id is not None:
+        assert any(len(r) < 12 and r[-1] == eos_id for r in batch)  # some row stopped early
+
+
+def test_continuation_log_probs_equal_one_pass_per_continuation(tiny):
+    """Batched and padded, each row's sum must equal its own forward pass's. Tolerance: sums of at
+    most 12 float32 log-probs of size <= ~20 that differ only by the batched matmul's rounding
+    (~1e-6 each): 1e-4 absolute."""
+    prompt = [4, 1]
+    rows = [[1, 2, 3, 2, 0], [5], [6, 6, 2, 6, 6], [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]]
+    got, lengths = continuation_log_probs(tiny, prompt, rows, eos_id=2)
+    expected_lengths = [2, 1, 3, 3]  # cut after the first 2 (kept)
+    assert lengths.tolist() == expected_lengths
+    with torch.no_grad():
+        for row, n, value in zip(rows, expected_lengths, got):
+            logp = tiny(torch.tensor([prompt + row[:n]])).log_softmax(-1)[0]  # (L, V)
+            one = sum(logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(row[:n]))
+            assert value.item() == pytest.approx(one, abs=1e-4)
+    same, _ = continuation_log_probs(tiny, prompt, torch.tensor([rows[0], rows[2]]))  # (B, n) tensor, no EOS
+    assert same[0] < got[0]  # five tokens' log-probs, all < 0, against two
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda m: generate_each(m, [1], 3, []), "strategies"),
+    (lambda m: generate_each(m, [1], 3, {"temperature": 1.0}), "strategies"),
+    (lambda m: generate_each(m, [1], 3, [{"temprature": 1.0}]), "temprature"),
+    (lambda m: generate_each(m, [1], 3, [{}, {"temperature": -1.0}]), "temperature"),
+    (lambda m: generate_each(m, [1], 3, [{"temperature": 1.0, "top_p": 2.0}]), "top_p"),
+    (lambda m: generate_each(m, [1], 3, [{"temperature": 1.0, "seed": -1}]), "seed"),
+    (lambda m: generate_each(m, [], 3, [{}]), "prompt_ids"),
+    (lambda m: generate_each(m, [1], 3, [{}], eos_id=-2), "eos_id"),
+    (lambda m: continuation_log_probs(m, [1], []), "continuations"),
+    (lambda m: continuation_log_probs(m, [1], [[2], []]), "continuations"),
+    (lambda m: continuation_log_probs(m, [], [[2]]), "prompt_ids"),
+])
+def test_batched_decoding_bad_input_names_the_argument(tiny, call, name):
+    with pytest.raises(ValueError, match=name):
+        call(tiny)
 
 
 # -- issue #26: bad inputs of the generation API ----------------------------------------------------

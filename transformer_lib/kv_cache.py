@@ -12,7 +12,8 @@ The price is memory, per token of context::
 
 Grouped-query attention (:mod:`transformer_lib.grouped_query`) shrinks it by caching fewer
 key/value heads than query heads. :func:`cache_bytes_per_token` is the formula;
-:meth:`KVCache.nbytes` measures the tensors actually held.
+:meth:`KVCache.nbytes` measures the tensors actually held; :func:`step_times` measures the gain
+(one decoding step's time at several context lengths, with and without the cache).
 
 ``KVCache`` keeps one preallocated (B, H_kv, capacity, d) buffer per layer for keys and one for
 values and writes each step into it in place (capacity doubles when full), so a step does not copy
@@ -23,8 +24,9 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_cache_sizes, check_int, check_new_cache
+from .profiling import median_time
 
-__all__ = ["KVCache", "cache_bytes_per_token"]
+__all__ = ["KVCache", "cache_bytes_per_token", "step_times"]
 
 
 def cache_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: int = 4) -> int:
@@ -99,3 +101,35 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(layers={self.num_layers}, length={self.length}, {self.nbytes() / 2**20:.2f} MiB)"
+
+
+@torch.no_grad()
+def step_times(model, ids: torch.Tensor, contexts, repeat: int = 3) -> dict[str, list[float]]:
+    """Seconds of one decoding step after each context length in ``contexts``: ``{"cached": [...],
+    "uncached": [...]}``, the median of ``repeat`` steps each.
+
+    Cached: ``c`` tokens of ``ids`` (1, >= max(contexts) + 1) sit in the cache and token ``c`` goes
+    through the model alone. The cache is filled once with the longest context and cut back
+    (:meth:`KVCache.truncate`) to each shorter one, longest first, so no step pays for a prefill.
+    Uncached: one forward pass over the ``c + 1`` tokens, what a decoder without a cache runs to
+    get the same next-token logits. The difference is the point of the cache: the first grows
+    little with ``c``, the second about linearly (chapter 17; ``benchmarks/generate.py``)."""
+    contexts = list(contexts)
+    for c in contexts:
+        check_int("contexts", c)
+    check_int("repeat", repeat)
+    if not contexts or ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] <= max(contexts):
+        raise ValueError(f"ids must be (1, L) with L > max(contexts) = {max(contexts, default=None)}, "
+                         f"got {tuple(ids.shape)}")
+    cache = model.new_cache(initial_capacity=max(contexts) + 1)
+    model(ids[:, :max(contexts)], cache=cache)
+    measured = {}
+    for c in sorted(set(contexts), reverse=True):  # the cache is only ever cut shorter
+
+        def cached_step():
+            cache.truncate(c)  # keep the first c tokens, then add token c
+            model(ids[:, c:c + 1], cache=cache)
+
+        measured[c] = (median_time(cached_step, repeat=repeat, warmup=0),
+                       median_time(lambda: model(ids[:, :c + 1]), repeat=repeat, warmup=0))
+    return {"cached": [measured[c][0] for c in contexts], "uncached": [measured[c][1] for c in contexts]}

@@ -17,7 +17,8 @@ distribution. A decoding strategy turns that into one token:
 Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, V).
 :func:`generate` runs a decoder token by token on a batch, with or without its KV cache
 (:mod:`transformer_lib.kv_cache`); :func:`generate_ids` is the same loop for one prompt given as
-a list of ids; :func:`beam_search` reorders the cache as beams survive. They drive every decoder of
+a list of ids; :func:`generate_each` decodes one prompt with several strategies in one batch;
+:func:`continuation_log_probs` scores continuations in one forward pass; :func:`beam_search` reorders the cache as beams survive. They drive every decoder of
 the library (``DecoderOnlyLM``, SmolLM2's ``LlamaDecoder``, ``Seq2SeqTransformer.conditioned_on``)
 through one protocol: ``model(tokens (B, L), cache=None) -> logits (B, L, V)`` and
 ``model.new_cache() -> KVCache``.
@@ -31,7 +32,8 @@ import torch
 from ._checks import (check_id_list, check_int, check_logits, check_prompt_ids, check_real, check_token_ids)
 
 __all__ = ["apply_temperature", "top_k_filter", "top_p_filter", "apply_repetition_penalty",
-           "next_token_probs", "sample_next", "generate", "generate_ids", "beam_search"]
+           "next_token_probs", "sample_next", "generate", "generate_ids", "generate_each",
+           "continuation_log_probs", "beam_search"]
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -127,6 +129,15 @@ def _generator(seed: int | None, generator: torch.Generator | None, device) -> t
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def _check_strategy(temperature, top_k, top_p, repetition_penalty) -> None:
+    check_real("temperature", temperature, 0)
+    check_real("repetition_penalty", repetition_penalty, 0, low_open=True)
+    if top_k is not None:
+        check_int("top_k", top_k)
+    if top_p is not None:
+        check_real("top_p", top_p, 0, 1, low_open=True)
+
+
 def _device(model) -> torch.device:
     return next(model.parameters()).device
 
@@ -148,12 +159,7 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
     """
     check_token_ids(tokens, torch.iinfo(torch.long).max)
     check_int("max_new_tokens", max_new_tokens, 0)
-    check_real("temperature", temperature, 0)  # the strategy's arguments, before any forward pass
-    check_real("repetition_penalty", repetition_penalty, 0, low_open=True)
-    if top_k is not None:
-        check_int("top_k", top_k)
-    if top_p is not None:
-        check_real("top_p", top_p, 0, 1, low_open=True)
+    _check_strategy(temperature, top_k, top_p, repetition_penalty)  # before any forward pass
     if eos_id is not None:
         check_int("eos_id", eos_id, 0)
     if context is not None:
@@ -194,6 +200,91 @@ def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.
     out = generate(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed,
                    eos_id=eos_id, use_cache=use_cache)
     return out[0, ids.shape[1]:].tolist()
+
+
+STRATEGY_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
+
+
+@torch.no_grad()
+def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: int | None = None,
+                  use_cache: bool = True) -> list[list[int]]:
+    """One prompt decoded with several strategies at once: row i of one batch follows
+    ``strategies[i]`` (a dict of :func:`generate_ids`' keywords: temperature, top_k, top_p,
+    repetition_penalty, seed) with its own generator. Returns each row's new ids, up to its first
+    ``eos_id`` (kept).
+
+    Why: one decoding step of a small model on a CPU costs about the time it takes to read every
+    weight once, and a batch of rows reads them once too. Six strategies in one batch cost about
+    what one costs alone, and each row gets the tokens ``generate_ids(model, prompt_ids,
+    max_new_tokens, eos_id=eos_id, **strategies[i])`` gives: its generator draws the same numbers
+    (the logits differ only by the rounding of a batched matrix product). A sampling row without a
+    seed draws from torch's global generator, shared with the other rows: seed every one to
+    reproduce the separate runs."""
+    check_prompt_ids(prompt_ids)
+    check_int("max_new_tokens", max_new_tokens, 0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0)
+    if isinstance(strategies, dict) or not list(strategies):
+        raise ValueError("strategies must be a non-empty list of dicts of generate_ids' keywords")
+    strategies = [dict(s) for s in strategies]
+    for s in strategies:
+        unknown = set(s) - set(STRATEGY_KEYS)
+        if unknown:
+            raise ValueError(f"strategies: unknown keyword(s) {sorted(unknown)}; expected some of {STRATEGY_KEYS}")
+        s.setdefault("temperature", 0.0)
+        s.setdefault("repetition_penalty", 1.0)
+        _check_strategy(s["temperature"], s.get("top_k"), s.get("top_p"), s["repetition_penalty"])
+    device = _device(model)
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
+    check_token_ids(prompt[None], torch.iinfo(torch.long).max)
+    tokens = prompt[None].repeat(len(strategies), 1)  # (B, L): one row per strategy
+    gens = [_generator(s.get("seed"), None, device) for s in strategies]
+    cache = model.new_cache() if use_cache else None
+    done = torch.zeros(len(strategies), dtype=torch.bool, device=device)  # (B,) rows past EOS
+    feed = tokens
+    for _ in range(max_new_tokens):
+        logits = model(feed, cache=cache)[:, -1].float()  # (B, V): one pass for every row
+        token = torch.stack([
+            sample_next(apply_repetition_penalty(row, seen, s["repetition_penalty"]), s["temperature"],
+                        s.get("top_k"), s.get("top_p"), gen)
+            for row, seen, s, gen in zip(logits, tokens, strategies, gens)])  # (B,) each its own way
+        if eos_id is not None:
+            token = token.masked_fill(done, eos_id)
+            done = done | (token == eos_id)
+        tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, L + 1)
+        if bool(done.all()):
+            break
+        feed = tokens[:, -1:] if cache is not None else tokens
+    new = tokens[:, prompt.numel():].tolist()
+    return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in new]
+
+
+@torch.no_grad()
+def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p (B,), lengths (B,))``: the model's log-probability of each continuation of one
+    prompt (the sum over its tokens of log p(token | prompt, tokens before it)), all in one forward
+    pass. ``continuations`` is a list of id lists of any lengths, or a (B, n) tensor; tokens after
+    a row's first ``eos_id`` are not counted. Rows are padded at the end, which a causal model
+    never sees from the positions that count."""
+    check_prompt_ids(prompt_ids)
+    rows = continuations.tolist() if isinstance(continuations, torch.Tensor) else [list(c) for c in continuations]
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError("continuations must hold at least one non-empty continuation")
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0)
+        rows = [r[:r.index(eos_id) + 1] if eos_id in r else r for r in rows]
+    device = _device(model)
+    lengths = torch.tensor([len(r) for r in rows], device=device)  # (B,)
+    n = int(lengths.max())
+    new = torch.tensor([r + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=device)  # (B, n)
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
+    ids = torch.cat([prompt[None].expand(len(rows), -1), new], dim=1)  # (B, L + n)
+    check_token_ids(ids, torch.iinfo(torch.long).max)
+    logp = model(ids)[:, prompt.numel() - 1:-1].float().log_softmax(-1)  # (B, n, V): the predicting positions
+    picked = logp.gather(-1, new[..., None])[..., 0]  # (B, n)
+    counted = torch.arange(n, device=device)[None] < lengths[:, None]  # (B, n)
+    return picked.masked_fill(~counted, 0.0).sum(-1), lengths
 
 
 @torch.no_grad()
