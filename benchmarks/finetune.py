@@ -38,6 +38,13 @@ It prints tables, asserts nothing, and writes benchmarks/results/finetune.json a
     nice -n 10 .venv/bin/python benchmarks/finetune.py --train 256 --max-tokens 32 --methods head \
         "top 2 layers" full LoRA --seeds 0 --grid-lrs --step-rounds 10 --out finetune_steps
     .venv/bin/python benchmarks/finetune.py --merge finetune finetune_full finetune_steps --out finetune
+
+The file on record merges seven such runs (its "parts" name each, with its settings and load); the
+last one added a third seed of full fine-tuning to the two before it:
+
+    nice -n 5 .venv/bin/python benchmarks/finetune.py --train 256 --test 600 --max-tokens 32 --val 200 \
+        --sim 60 --epochs 2 --methods full --grid-lrs --first-seed 2 --seeds 1 --out finetune_full_c
+    .venv/bin/python benchmarks/finetune.py --merge finetune finetune_full_c --out finetune
 """
 from __future__ import annotations
 
