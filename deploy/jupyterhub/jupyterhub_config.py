@@ -37,6 +37,8 @@ Settings (environment):
     COURSE_SSL_CERT, COURSE_SSL_KEY   PEM certificate chain and key for HTTPS
     COURSE_MEM_LIMIT, COURSE_CPU_LIMIT  per student (default 2G, 1 core); COURSE_LIMITS=none: off
     COURSE_CULL_TIMEOUT, COURSE_CULL_EVERY   idle seconds before a server stops (3600), check period (300)
+    COURSE_CULL_USERS        comma-separated users whose idle servers the culler may stop (default: all;
+                             the culler's role is narrowed to them, so it does not even see the others)
     COURSE_ACTIVITY_INTERVAL  how often activity is recorded, seconds (300)
     COURSE_PROXY             configurable-http-proxy's executable (default: `make hub-deps`'s copy)
 """
@@ -55,6 +57,9 @@ PROXY = os.environ.get("COURSE_PROXY", str(HERE / "node_modules" / ".bin" / "con
 HUB_PORT = int(os.environ.get("COURSE_HUB_PORT", "8081"))
 NGSHARE_PORT = int(os.environ.get("COURSE_NGSHARE_PORT", "10101"))
 ACTIVITY_S = int(os.environ.get("COURSE_ACTIVITY_INTERVAL", "300"))
+
+# the culler's scopes: unfiltered, or one filtered copy of each per listed user
+CULL_ONLY = [f"!user={u.strip()}" for u in os.environ.get("COURSE_CULL_USERS", "").split(",") if u.strip()] or [""]
 
 students, instructors = read_roster(COURSE_ROOT / "roster.txt")
 c = get_config()  # noqa: F821  (defined by JupyterHub when it loads this file)
@@ -130,7 +135,8 @@ c.JupyterHub.load_roles = [
     {"name": "server", "scopes": ["users:activity!user", "access:servers!server",
                                   "access:services!service=ngshare"]},
     {"name": "idle-culler", "services": ["idle-culler"],
-     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
+     "scopes": [scope + only for scope in ("list:users", "read:users:activity", "read:servers", "delete:servers")
+                for only in CULL_ONLY]},
     {"name": "course-setup", "services": ["course-setup"], "scopes": ["access:services!service=ngshare"]},
 ]
 ngshare_dir = COURSE_ROOT / "ngshare"

@@ -172,7 +172,12 @@ def set_up_course(instructor: pwd.struct_passwd, root: Path, chapters: Path, ass
 
 
 def setup(args) -> int:
-    root = args.root
+    import time
+    root, seconds, mark = args.root, {}, [time.perf_counter()]
+
+    def step(name: str) -> None:                     # the wall seconds since the previous step
+        now = time.perf_counter()
+        seconds[name], mark[0] = round(now - mark[0], 1), now
     shared_files(root, args.instructor, args.students, args.course_id)
     sys.path.insert(0, str(HERE))
     import class_env
@@ -182,6 +187,7 @@ def setup(args) -> int:
         if (root / "env").is_symlink():
             (root / "env").unlink()
         (root / "env").symlink_to(env)
+    step("class_env")
     passwords = {}
     for name in [args.instructor, *args.students]:
         user, created = ensure_user(name, args.home_base)
@@ -198,15 +204,18 @@ def setup(args) -> int:
     handout.write_text("".join(f"{n} {old[n]}\n" for n in args.students if n in old))
     os.chown(handout, teacher.pw_uid, teacher.pw_gid)
     handout.chmod(0o600)
+    step("accounts")
     from bookkit.copies import write_student
     copies = root / "hub" / "student-copies"          # root only; each student gets their own copy
     shutil.rmtree(copies, ignore_errors=True)
     write_student(args.chapters, copies)
     for name in args.students:
         give_chapters(pwd.getpwnam(name), copies)
+    step("chapters")
     generated = set_up_course(teacher, root, args.chapters, args.assignments, args.course_id)
+    step("course")
     print(json.dumps({"students": len(args.students), "instructor": args.instructor, "generated": generated,
-                      "class_env": built}))
+                      "class_env": built, "seconds": seconds}))
     return 0
 
 
