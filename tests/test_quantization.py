@@ -1,19 +1,22 @@
 """transformer_lib.quantization: block formats against the gguf package's own decoder, the compiled
-kernel against the readable reference (both of its paths), quantize() on a real model, and SmolLM2
+kernel against the readable reference (each code path this CPU runs: AVX-512, AVX2, portable), quantize() on a real model, and SmolLM2
 kept as the GGUF's blocks against the dequantized float32 model."""
 import importlib.util
+import platform
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from transformer_lib.model import DecoderOnlyLM
 from transformer_lib.quantization import (QuantizedEmbedding, QuantizedLinear, absmax_int8, dequantize_blocks,
-                                          kernel_available, matvec, matvec_reference, minmax_int4, quantize,
-                                          quantize_blocks, round_trip, weight_bytes)
+                                          kernel_available, kernel_paths, matvec, matvec_reference, minmax_int4,
+                                          quantize, quantize_blocks, round_trip, simd_available, vnni_available,
+                                          weight_bytes)
+from transformer_lib.quantization.formats import pack_q4_1, pack_q8_0
 from transformer_lib.quantization import kernels
 from transformer_lib.quantization.kernels import quantize_activations
 from transformer_lib.sampling import generate_ids
@@ -116,44 +119,200 @@ def built():
         pytest.skip(f"the kernel cannot be built here: {why}")
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
-@pytest.mark.parametrize("simd", [True, False])
-@pytest.mark.parametrize("N,K,gs", [(1536, 576, 32), (37, 160, 32), (24, 128, 64), (8, 48, 16)])
-def test_kernel_equals_reference(built, fmt, simd, N, K, gs):
-    """Both paths of the compiled kernel give the reference product (decode, then x @ W^T) to float
-    rounding, for batch 1, small batches and the leftovers of its 4-row and 8/4/2-row tiles."""
-    w = _weights(N, K, seed=N)
-    blocks = quantize_blocks(w, 8 if fmt == "q8_0" else 4, gs)
-    for B in (1, 2, 3, 5, 8, 11, 16):
-        x = torch.randn(B, K, generator=torch.Generator().manual_seed(B))
-        want = matvec_reference(x, blocks, fmt, gs)
-        got = matvec(x, blocks, fmt, gs, simd=simd)
-        scale = (x.abs() @ dequantize_blocks(blocks, fmt, gs).abs().T).max()
-        assert torch.allclose(got, want, rtol=0, atol=2e-6 * float(scale)), (B, (got - want).abs().max())
+# every named path of the kernel; each test skips the ones this CPU does not run
+VECTOR_PATHS = ("avx512", "avx2")
+NAMED_PATHS = VECTOR_PATHS + ("portable",)
 
 
+def _need(path, activations="float32"):
+    offered = kernel_paths(activations)
+    if path not in offered:
+        pytest.skip(f"this CPU does not run the {path} path for {activations} x (it offers {offered})")
+
+
+def _term_sizes(blocks, fmt, gs):
+    """(N, K): |d q_j| + |m| per weight, the sizes of the terms the kernel adds (|w_j| for q8_0)."""
+    if fmt == "q8_0":
+        return dequantize_blocks(blocks, fmt, gs).abs()
+    N = blocks.shape[0]
+    b = blocks.reshape(N, -1, 4 + gs // 2).clone()  # (N, G, bytes per block)
+    m = b[..., 2:4].contiguous().view(torch.float16).float().abs()  # (N, G, 1)
+    b[..., 2:4] = 0  # m = +0.0: the blocks then decode to d q
+    dq = dequantize_blocks(b.reshape(N, -1), fmt, gs).abs().reshape(N, -1, gs)  # (N, G, gs)
+    return (dq + m).reshape(N, -1)
+
+
+def _rounding_bound(x, blocks, fmt, gs):
+    """(B, N): (K + 5) eps S, S = sum_j (|d q_j| + |m|) |x_j|. See test_kernel_equals_reference."""
+    K = x.shape[-1]
+    S = x.abs().double() @ _term_sizes(blocks, fmt, gs).double().T  # (B, K) @ (K, N) -> (B, N)
+    return (K + 5) * torch.finfo(torch.float32).eps * S
+
+
+def _decoded_x(x, gs):
+    """x^ = dx qx: x's int8 blocks decoded, (B, K)."""
+    q, d = quantize_activations(x, gs)
+    return (q.float().reshape(*x.shape[:-1], -1, gs) * d[..., None]).reshape(x.shape)  # (B, G, gs) -> (B, K)
+
+
+def _check_against_reference(x, blocks, fmt, gs, activations, path):
+    want = matvec_reference(x, blocks, fmt, gs, activations=activations)
+    got = matvec(x, blocks, fmt, gs, activations=activations, path=path)
+    terms_x = _decoded_x(x, gs) if activations == "int8" else x  # with int8 x the terms are made of x^
+    excess = (got.double() - want.double()).abs() - _rounding_bound(terms_x, blocks, fmt, gs)
+    assert (excess <= 0).all(), (path, float(excess.max()))
+    return got
+
+
+@pytest.mark.parametrize("activations", ["float32", "int8"])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
-@pytest.mark.parametrize("simd", [True, False])
+@pytest.mark.parametrize("path", NAMED_PATHS + ("auto",))
 @pytest.mark.parametrize("N,K,gs", [(1536, 576, 32), (37, 160, 32), (24, 128, 64), (8, 48, 16)])
-def test_kernel_int8_activations_equal_reference(built, fmt, simd, N, K, gs):
-    """activations="int8" (VNNI when simd, integer loops otherwise): each block's dot product is
-    exact integer arithmetic, so the kernel equals x^ @ W^T for x^ = the reference's int8 blocks of
-    x decoded, up to float32 rounding of the per-block terms (the same 2e-6 as the float path). A
-    single code chosen differently would be off by about dx |w| ~ 5e-5 of the scale: caught.
-    Against float x the difference is x's rounding, at most half a step dx/2 per value."""
+def test_kernel_equals_reference(built, path, fmt, activations, N, K, gs):
+    """Each code path equals the reference (decode W, then x @ W^T) to float32 rounding, for batch
+    1, small batches and the leftovers of its 4-row and 8/4/2-row tiles (37 rows; B = 5, 11).
+
+    The bound. An output is a sum over K weights; the kernel adds the terms d q_j x_j and (q4_1)
+    m x_j, block by block, in its own order; the reference decodes w_j = d q_j + m, multiplies and
+    lets BLAS add in another order. A float32 sum of terms t_i, each reaching the result through at
+    most n roundings (its product, a scaling, its additions), is within gamma_n sum |t_i| of the
+    exact value, gamma_n = n u / (1 - n u), u = 2^-24 (Higham, Accuracy and Stability, 3.1). Here
+    n <= K + 4 on both sides, with S = sum_j (|d q_j| + |m|) |x_j| bounding sum |t_i|, so
+    |kernel - reference| <= 2 gamma_{K+4} S < (K + 5) eps S, eps = 2^-23 = 2u. With int8 x both
+    sides use x^ = dx qx (the kernel's block sums of qx are exact integers), and S is taken over x^.
+    For the 1536 x 576 matrix that is ~7e-5 of S, while a single weight's code off by one changes
+    an output by d |x_j| ~ 2e-3 of S: caught. (Exact agreement on integer data, where no rounding
+    happens, is test_kernel_exact_on_integers.) With int8 x the result also stays within x's own
+    rounding of the float-x product: half a step dx / 2 per value.
+
+    A vector path on a group size that is no multiple of 32 is refused (ValueError)."""
+    if path != "auto":
+        _need(path, activations)
     w = _weights(N, K, seed=N)
     blocks = quantize_blocks(w, 8 if fmt == "q8_0" else 4, gs)
+    if path in VECTOR_PATHS and gs % 32:
+        with pytest.raises(ValueError, match="group_size"):
+            matvec(torch.randn(1, K), blocks, fmt, gs, activations=activations, path=path)
+        return
     dense = dequantize_blocks(blocks, fmt, gs)
     for B in (1, 2, 3, 5, 8, 11, 16):
         x = torch.randn(B, K, generator=torch.Generator().manual_seed(B))
-        want = matvec_reference(x, blocks, fmt, gs, activations="int8")
-        got = matvec(x, blocks, fmt, gs, simd=simd, activations="int8")
-        scale = (x.abs() @ dense.abs().T).max()
-        assert torch.allclose(got, want, rtol=0, atol=2e-6 * float(scale)), (B, (got - want).abs().max())
-        _, d = quantize_activations(x, gs)  # (B, G)
-        bound = (d / 2).repeat_interleave(gs, dim=-1) @ dense.abs().T  # sum_j dx_j / 2 |w_j|, (B, N)
-        exact = x.double() @ dense.double().T
-        assert ((got.double() - exact).abs() <= bound.double() * (1 + 1e-4) + 2e-6 * float(scale)).all()
+        got = _check_against_reference(x, blocks, fmt, gs, activations, path)
+        if activations == "int8":
+            _, d = quantize_activations(x, gs)  # (B, G)
+            bound = (d / 2).repeat_interleave(gs, dim=-1) @ dense.abs().T  # sum_j dx_j / 2 |w_j|, (B, N)
+            exact = x.double() @ dense.double().T
+            slack = _rounding_bound(_decoded_x(x, gs), blocks, fmt, gs)
+            assert ((got.double() - exact).abs() <= bound.double() * (1 + 1e-5) + slack).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(1, 41), groups=st.integers(1, 6), gs=st.sampled_from([32, 64]), B=st.integers(1, 13),
+       fmt=st.sampled_from(["q8_0", "q4_1"]), activations=st.sampled_from(["float32", "int8"]),
+       path=st.sampled_from(NAMED_PATHS), seed=st.integers(0, 10_000))
+def test_kernel_paths_any_shape(built, N, groups, gs, B, fmt, activations, path, seed):
+    """Any rows (tile leftovers of 1 to 3), any number of blocks, batch 1 to 13, group size 32 or
+    64, on every path this CPU runs: within the rounding bound of test_kernel_equals_reference."""
+    assume(path in kernel_paths(activations))
+    K = groups * gs
+    blocks = quantize_blocks(_weights(N, K, seed=seed), 8 if fmt == "q8_0" else 4, gs)
+    x = torch.randn(B, K, generator=torch.Generator().manual_seed(seed)) * 3
+    _check_against_reference(x, blocks, fmt, gs, activations, path)
+
+
+def _integer_blocks(fmt, N, K, gs, seed):
+    """Blocks whose every weight is exact in float32 and small: power-of-two scales d (1/2, 1, 2),
+    integer minima m in -8..0, codes over their whole range."""
+    g = torch.Generator().manual_seed(seed)
+    G = K // gs
+    d = (2.0 ** torch.randint(-1, 2, (N, G), generator=g)).half()  # (N, G)
+    if fmt == "q8_0":
+        return pack_q8_0(torch.randint(-127, 128, (N, K), generator=g).to(torch.int8), d)
+    m = -torch.randint(0, 9, (N, G), generator=g).half()
+    return pack_q4_1(torch.randint(0, 16, (N, K), generator=g).to(torch.uint8), d, m)
+
+
+@pytest.mark.parametrize("activations", ["float32", "int8"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("path", NAMED_PATHS)
+def test_kernel_exact_on_integers(built, path, fmt, activations):
+    """Where no rounding happens every path must give the reference to the last bit. x: integers
+    in -127..127 with 127 in every block (so x's int8 scale is exactly 1 and its codes are x);
+    weights: integers times powers of two. Every product and partial sum is then a multiple of 1/2
+    below 2^22, exact in float32, whatever order the additions take: a nibble from the wrong half,
+    a code off by one, a missed minimum or a lost leftover row shows up as a difference."""
+    _need(path, activations)
+    for N, K, gs in [(37, 192, 32), (6, 128, 64), (1, 32, 32)]:
+        blocks = _integer_blocks(fmt, N, K, gs, seed=N)
+        for B in (1, 4, 5, 9):
+            x = torch.randint(-127, 128, (B, K), generator=torch.Generator().manual_seed(B)).float()
+            x[:, ::gs] = 127  # (B, K): every block's largest |x| is 127
+            want = matvec_reference(x, blocks, fmt, gs, activations=activations)
+            assert torch.equal(matvec(x, blocks, fmt, gs, activations=activations, path=path), want), (N, B)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("path", NAMED_PATHS)
+def test_kernel_int8_codes_equal_reference(built, path, fmt):
+    """With int8 x the kernel quantizes x itself: it must choose quantize_activations' codes and
+    scales. W = the identity (d = 1, one code 1 per row, m = 0) makes output j = dx qx_j, one
+    float32 rounding on both sides: equal to the last bit for every j, so any code chosen
+    differently shows, for x at every scale from 1e-3 to 1e3."""
+    _need(path, "int8")
+    K = 96
+    codes = torch.eye(K, dtype=torch.int8 if fmt == "q8_0" else torch.uint8)  # (K, K): row j picks x_j
+    ones = torch.ones(K, K // 32).half()
+    blocks = pack_q8_0(codes, ones) if fmt == "q8_0" else pack_q4_1(codes, ones, torch.zeros_like(ones))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, K, generator=g) * 10.0 ** torch.arange(-3, 3).float()[:, None]  # (6, K), rows at 6 scales
+    x[0, :32] = 0  # an all-zero block: scale 0, codes 0
+    want = matvec_reference(x, blocks, fmt, activations="int8")
+    assert torch.equal(matvec(x, blocks, fmt, activations="int8", path=path), want)
+
+
+def test_kernel_paths_and_auto(built):
+    """kernel_paths lists what this CPU runs, fastest first, the portable loops always last, in
+    agreement with the CPU's own flags (Linux: /proc/cpuinfo); "auto" runs the first of them
+    (bit for bit the same numbers: the same code)."""
+    from pathlib import Path
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set(cpuinfo.read_text().split()) if cpuinfo.exists() else None
+    for activations in ("float32", "int8"):
+        offered = kernel_paths(activations)
+        assert offered[-1] == "portable" and offered == tuple(p for p in NAMED_PATHS if p in offered)
+        if flags is not None and platform.machine() in ("x86_64", "AMD64"):
+            avx2 = {"avx2", "fma", "f16c"} <= flags
+            avx512 = avx2 and {"avx512f", "avx512vl", "avx512bw"} <= flags
+            if activations == "int8":
+                avx512 = avx512 and "avx512_vnni" in flags
+            assert ("avx2" in offered, "avx512" in offered) == (avx2, avx512), (offered, activations)
+        blocks = quantize_blocks(_weights(37, 96), 4)
+        x = torch.randn(3, 96)
+        assert torch.equal(matvec(x, blocks, "q4_1", activations=activations),
+                           matvec(x, blocks, "q4_1", activations=activations, path=offered[0]))
+    assert simd_available() == ("avx512" in kernel_paths()) and vnni_available() == ("avx512" in kernel_paths("int8"))
+
+
+def test_bad_path_names_itself(built, monkeypatch):
+    blocks, x = quantize_blocks(_weights(8, 64), 4), torch.randn(1, 64)
+    for bad in ("AVX2", "sse4", "", 2, None):
+        with pytest.raises(ValueError, match="path must be one of"):
+            matvec(x, blocks, "q4_1", path=bad)
+    with pytest.raises(ValueError, match="activations"):
+        kernel_paths("int4")
+    with pytest.raises(RuntimeError, match="path"):  # the compiled op's own check, behind kernels.py's
+        kernels._ops().q4_1_matvec(x, blocks, torch.empty(1, 8), 32, "sse4")
+    offered = kernel_paths()
+    if len(offered) > 1:  # a vector path on a group size it does not take
+        blocks16 = quantize_blocks(_weights(8, 64), 4, 16)
+        with pytest.raises(ValueError, match="group_size"):
+            matvec(x, blocks16, "q4_1", 16, path=offered[0])
+        assert torch.allclose(matvec(x, blocks16, "q4_1", 16), matvec_reference(x, blocks16, "q4_1", 16), atol=1e-5)
+    # a path this CPU lacks: pretend that it offers the portable loops only
+    monkeypatch.setitem(kernels._STATE, ("paths", "float32"), ("portable",))
+    for missing in VECTOR_PATHS:
+        with pytest.raises(ValueError, match=f"path='{missing}' does not run here"):
+            matvec(x, blocks, "q4_1", path=missing)
 
 
 @settings(max_examples=40, deadline=None)
@@ -426,5 +585,5 @@ def test_stale_build_lock_is_removed(built):
     assert not lock.exists() and state["error"] is None
     blocks, x = quantize_blocks(_weights(8, 64), 8), torch.randn(1, 64)
     out = torch.empty(1, 8)
-    ops.q8_0_matvec(x, blocks, out, 32, True)  # the loaded library computes the product
+    ops.q8_0_matvec(x, blocks, out, 32, "auto")  # the loaded library computes the product
     assert torch.allclose(out, matvec_reference(x, blocks, "q8_0"), atol=1e-5)

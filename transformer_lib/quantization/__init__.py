@@ -4,7 +4,8 @@ with its GGUF file's own 4-bit blocks.
 - :mod:`.formats`: absmax int8 (q8_0) and group-wise asymmetric int4 (q4_1), from scratch, and
   ``round_trip`` to measure the error of any width and granularity.
 - :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
-  compiled (``matvec``: C++, AVX-512 when the CPU has it, threads with ``at::parallel_for``).
+  compiled (``matvec``: C++, AVX-512 or AVX2 code paths chosen when it runs (``kernel_paths``),
+  threads with ``at::parallel_for``).
 - :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits)``,
   which swaps them into a model in place; :func:`transformer_lib.sampling.generate_ids` drives it.
 - :mod:`.roofline`: the bandwidth ceiling of decoding, and prefill's arithmetic intensity.
@@ -16,13 +17,13 @@ from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, 
                       round_trip)
 from .fused import QuantizedLlamaDecoder, decode_step_reference, fuse_rows
 from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
-from .kernels import (ACTIVATIONS, kernel_available, matvec, matvec_reference, quantize_activations, simd_available,
-                      vnni_available)
+from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matvec, matvec_reference,
+                      quantize_activations, simd_available, vnni_available)
 from .roofline import decode_ceiling, flops_per_byte
 from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
-           "round_trip", "kernel_available", "simd_available", "vnni_available", "matvec", "matvec_reference",
+           "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec", "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
            "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "QuantizedLlamaDecoder", "decode_step_reference",

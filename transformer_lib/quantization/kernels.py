@@ -10,15 +10,19 @@ way: :func:`matvec_reference` does exactly that (decode the blocks to a float (N
 ``csrc/matvec.cpp`` makes one pass over the packed blocks: for each block it turns the codes into
 floats in vector registers, multiplies them with x (for up to 8 rows of x at once), scales the
 block's sum by d (and adds m times the block's sum of x for q4_1), and moves on. Rows of W are
-shared out over torch's threads with ``at::parallel_for``. It has an AVX-512 path (16 weights per
-instruction), chosen at run time when the CPU has it, and a portable scalar loop for any other
-CPU. torch's own int8 CPU paths were measured slower than float32 on this machine (DESIGN.md), so
-the kernel is written for the job, as chapter 8's fused window is.
+shared out over torch's threads with ``at::parallel_for``. It has three code paths (``path=``):
+``"avx512"`` (16 weights per instruction), ``"avx2"`` (AVX2 + FMA, 8 per instruction: most laptops
+have this and not AVX-512) and ``"portable"`` (plain loops, any CPU). ``"auto"``, the default, takes
+the fastest that this CPU runs (:func:`kernel_paths` lists them), checked when the kernel runs,
+so one build serves every x86-64 CPU. The plain loops are no faster than decoding the weights
+and calling BLAS: without a vector path, int4 decoding would be slower than float32. torch's own
+int8 CPU paths were measured slower than float32 on this machine (DESIGN.md), so the kernel is
+written for the job, as chapter 8's fused window is.
 
 With ``activations="int8"`` x is first quantized the way llama.cpp does it (its Q8_0 blocks:
 int8 codes and one float scale per block of 32 values, :func:`quantize_activations`), so each
-block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction for 32 weights, and
-one float multiply by the two scales. That is fewer instructions per weight than decoding the
+block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction for 32 weights (two on
+AVX2, which has no VNNI), and one float multiply by the two scales. That is fewer instructions per weight than decoding the
 weights to floats; the price is x's own rounding error (half a step of max|x| / 127 per value),
 and the result is then ``quantize_activations(x) @ W^T``, which the reference computes the same
 way. The default, ``"float32"``, leaves x as it is (weight-only quantization).
@@ -36,17 +40,19 @@ import torch
 from .._extensions import build_ops
 from .formats import dequantize_blocks
 
-__all__ = ["ACTIVATIONS", "kernel_available", "matvec", "matvec_reference", "quantize_activations", "simd_available",
-           "vnni_available"]
+__all__ = ["ACTIVATIONS", "PATHS", "kernel_available", "kernel_paths", "matvec", "matvec_reference",
+           "quantize_activations", "simd_available", "vnni_available"]
 
 # how x enters the product: as it is, or as int8 codes per block (llama.cpp's Q8_0 activations)
 ACTIVATIONS = ("float32", "int8")
+# the kernel's code paths, fastest first; "auto" takes the first one this CPU runs
+PATHS = ("auto", "avx512", "avx2", "portable")
 
 _SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
 # the extension's ops, or the reason they cannot be built (remembered: the build is not retried per call)
 _STATE: dict = {"ops": None, "error": None}
-# -O3; -fopenmp for at::parallel_for. The AVX-512 functions carry their own target attribute, so
-# the library itself is built for any x86-64 CPU and picks its path when it runs.
+# -O3; -fopenmp for at::parallel_for. The AVX-512 and AVX2 loops carry their own target attributes,
+# so the library itself is built for any x86-64 CPU and picks its path when it runs.
 _CFLAGS = ["-O3", "-fopenmp"]
 
 
@@ -65,16 +71,41 @@ def kernel_available() -> tuple[bool, str]:
         return False, str(err)
 
 
+def kernel_paths(activations: str = "float32") -> tuple[str, ...]:
+    """The kernel's code paths that run on this CPU, fastest first: some of ``"avx512"`` (for
+    ``activations="int8"``: AVX-512 with VNNI), ``"avx2"`` (AVX2 + FMA) and always ``"portable"``;
+    ``()`` where the kernel cannot be built (then :func:`matvec` is the reference)."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+    key = ("paths", activations)
+    if key not in _STATE:
+        ok, _ = kernel_available()
+        _STATE[key] = tuple(_ops().paths(activations == "int8")) if ok else ()
+    return _STATE[key]
+
+
 def simd_available() -> bool:
     """Whether the kernel's AVX-512 path runs on this CPU (False when the kernel cannot be built)."""
-    ok, _ = kernel_available()
-    return ok and bool(_ops().has_avx512())
+    return "avx512" in kernel_paths("float32")
 
 
 def vnni_available() -> bool:
     """Whether the int8-activation path's VNNI instructions run on this CPU (False without the kernel)."""
-    ok, _ = kernel_available()
-    return ok and bool(_ops().has_vnni())
+    return "avx512" in kernel_paths("int8")
+
+
+def check_path(path: str, group_size: int, activations: str) -> None:
+    """ValueError unless ``path`` is one of :data:`PATHS`, runs on this CPU, and takes ``group_size``
+    (the vector paths read whole chunks of 32 codes)."""
+    if not isinstance(path, str) or path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "auto":
+        return
+    offered = kernel_paths(activations)
+    if path not in offered:
+        raise ValueError(f"path={path!r} does not run here: this CPU offers {offered or 'no compiled kernel'}")
+    if path != "portable" and group_size % 32:
+        raise ValueError(f"path={path!r} needs a group_size that is a multiple of 32, got {group_size}")
 
 
 def quantize_activations(x: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,12 +134,15 @@ def matvec_reference(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size
 
 
 def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32,
-           simd: bool = True, activations: str = "float32") -> torch.Tensor:
+           activations: str = "float32", *, path: str = "auto") -> torch.Tensor:
     """``x (..., K) @ W^T -> (..., N)`` straight from the blocks (the compiled kernel; unchecked
-    input, see :class:`~transformer_lib.quantization.QuantizedLinear`). ``simd=False`` forces the
-    portable loop (a test holds both paths equal to the reference). ``activations="int8"``
-    quantizes x per block first (see the module's docstring). Falls back to
-    :func:`matvec_reference` off the CPU or where the kernel cannot be built."""
+    input, see :class:`~transformer_lib.quantization.QuantizedLinear`). ``activations="int8"``
+    quantizes x per block first (see the module's docstring). ``path`` picks the code path
+    (:data:`PATHS`; a test holds each one equal to the reference); a named path this CPU does not
+    run is a ValueError. Falls back to :func:`matvec_reference` off the CPU or where the kernel
+    cannot be built."""
+    if path != "auto":
+        check_path(path, group_size, activations)
     kernels = _STATE.get("kernels")  # the ops themselves, looked up once (no per-call attribute walk)
     if kernels is None and _STATE["error"] is None and x.device.type == "cpu":
         kernels = _bind()
@@ -118,7 +152,7 @@ def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32
     K, N = x.shape[-1], blocks.shape[0]
     rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K): a view for float32 contiguous x
     out = rows.new_empty(rows.shape[0], N)  # (B, N)
-    kernel(rows, blocks.contiguous(), out, group_size, simd)
+    kernel(rows, blocks.contiguous(), out, group_size, path)
     return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)
 
 

@@ -11,16 +11,23 @@
 // weights are turned into floats in registers, used for all B rows, and thrown away. One pass over
 // the packed weights; the rows of W are shared out over torch's threads with at::parallel_for.
 //
-// Two paths: AVX-512 (16 weights per instruction; chosen at run time when this CPU has it) and a
-// portable scalar loop (any CPU, any gs). The block sums of x for q4_1's minimum are computed once.
+// Three paths, chosen at run time (kernels.py's `path`; "auto" takes the fastest this CPU runs):
+//   avx512    16 weights per instruction; for int8 x, AVX-512 VNNI (see below)
+//   avx2      AVX2 + FMA, 8 weights per instruction; for int8 x, vpmaddubsw + vpmaddwd: what most
+//             laptops have (Intel consumer CPUs, many AMD)
+//   portable  plain loops, any CPU and any group size
+// The two vector paths are one set of loops (matvec_simd.h) compiled twice, for each instruction
+// set, with a target attribute: one build serves every x86-64 CPU. They take group sizes that are
+// multiples of 32 (llama.cpp's is 32). The block sums of x for q4_1's minimum are computed once.
 //
 // The *_q8x ops are llama.cpp's way (its Q8_0 x Q4_1 / Q8_0 dot products): x is quantized once per
 // call, per block of gs values, to int8 codes qx with a float32 scale dx = max|x| / 127 (and
 // sx = dx * sum qx for q4_1's minimum). A block's dot product is then exact integer arithmetic,
 //   sum_j q_j qx_j   (|q_j qx_j| <= 127 * 127, 32 of them: far inside int32),
-// one VNNI instruction (vpdpbusd: 32 byte products summed into 8 int32) for 32 weights, and one
-// float multiply-add by d * dx per block. The result is exactly x^ @ W^T for x^ = dx * qx, up to
-// the order of the float additions over blocks; the error against float x is that of x^.
+// one VNNI instruction (vpdpbusd: 32 byte products summed into 8 int32) for 32 weights (AVX2: two,
+// vpmaddubsw and vpmaddwd), and one float multiply-add by d * dx per block. The result is exactly
+// x^ @ W^T for x^ = dx * qx, up to the order of the float additions over blocks; the error against
+// float x is that of x^.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -30,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -89,122 +97,89 @@ void q4_1_rows_portable(const float* X, const float* XS, int64_t B, int64_t K, c
 }
 
 #ifdef TLIB_X86
-// ---- AVX-512 path: 16 weights per step, gs a multiple of 32 ---------------------------------
-__attribute__((target("avx512f,f16c,fma"))) inline float half_f16c(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, sizeof bits);
-  return _cvtsh_ss(bits);
-}
-
-// R rows of W times NB rows of x per pass, R and NB fixed at compile time so that every
-// accumulator lives in a register. Per block, the codes (as floats) times x are summed unscaled
-// into `blk`, then one multiply-add adds d times that sum to the row's total: one scale per block,
-// not one per weight. R = 4 rows give four independent chains of multiply-adds at batch 1 (a
-// multiply-add takes 4 cycles and two can start per cycle).
-template <int R, int NB>
-__attribute__((target("avx512f,f16c,fma"))) void q8_0_tile(const float* X, int64_t K, const uint8_t* W,
-                                                           int64_t gs, float* O, int64_t N, int64_t n) {
-  const int64_t G = K / gs, bpb = 2 + gs;
-  __m512 total[R][NB];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) total[r][b] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = W + ((n + r) * G + g) * bpb;
-      __m512 acc[NB];
-      for (int b = 0; b < NB; ++b) acc[b] = _mm512_setzero_ps();
-      for (int64_t j = 0; j < gs; j += 16) {
-        // 16 int8 -> 16 int32 -> 16 float: the codes of 16 weights
-        const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + j))));
-        for (int b = 0; b < NB; ++b) acc[b] = _mm512_fmadd_ps(w, _mm512_loadu_ps(X + b * K + g * gs + j), acc[b]);
-      }
-      const __m512 d = _mm512_set1_ps(half_f16c(blk));
-      for (int b = 0; b < NB; ++b) total[r][b] = _mm512_fmadd_ps(d, acc[b], total[r][b]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) O[b * N + n + r] = _mm512_reduce_add_ps(total[r][b]);
-}
-
-template <int R, int NB>
-__attribute__((target("avx512f,f16c,fma"))) void q4_1_tile(const float* X, const float* XS, int64_t K,
-                                                           const uint8_t* W, int64_t gs, float* O, int64_t N,
-                                                           int64_t n) {
-  const int64_t G = K / gs, half = gs / 2, bpb = 4 + half;
-  const __m512i low4 = _mm512_set1_epi32(15);
-  __m512 total[R][NB];
-  float mins[R][NB] = {};
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) total[r][b] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = W + ((n + r) * G + g) * bpb;
-      __m512 acc[NB];
-      for (int b = 0; b < NB; ++b) acc[b] = _mm512_setzero_ps();
-      for (int64_t j = 0; j < half; j += 16) {
-        // 16 bytes -> 16 int32; low nibbles are the codes of weights j.., high nibbles of j + gs/2..
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4 + j)));
-        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, low4));
-        const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-        for (int b = 0; b < NB; ++b) {
-          const float* xg = X + b * K + g * gs;
-          acc[b] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xg + j), acc[b]);
-          acc[b] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xg + j + half), acc[b]);
-        }
-      }
-      const __m512 d = _mm512_set1_ps(half_f16c(blk));
-      const float m = half_f16c(blk + 2);
-      for (int b = 0; b < NB; ++b) {
-        total[r][b] = _mm512_fmadd_ps(d, acc[b], total[r][b]);  // d * sum q x
-        mins[r][b] += m * XS[b * G + g];                         // m * sum x
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) O[b * N + n + r] = _mm512_reduce_add_ps(total[r][b]) + mins[r][b];
-}
-
-// Rows n0..n1 of W against all B rows of x: 4 rows of W at a time for one row of x (batch 1, the
-// decoding case), 1 row of W for 2, 4 or 8 rows of x at a time otherwise.
-template <int R, int NB, bool Q4>
-__attribute__((target("avx512f,f16c,fma"))) void rows_avx512_fixed(const float* X, const float* XS, int64_t K,
-                                                                   const uint8_t* W, int64_t gs, float* O,
-                                                                   int64_t N, int64_t n0, int64_t n1) {
-  const int64_t rowb = K / gs * (Q4 ? 4 + gs / 2 : 2 + gs);
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) {
-    for (int64_t p = 0; p < R * rowb; p += 64)  // the next R rows, while these are computed
-      _mm_prefetch(reinterpret_cast<const char*>(W + (n + R) * rowb + p), _MM_HINT_T0);
-    if (Q4) q4_1_tile<R, NB>(X, XS, K, W, gs, O, N, n);
-    else q8_0_tile<R, NB>(X, K, W, gs, O, N, n);
-  }
-  for (; n < n1; ++n) {
-    if (Q4) q4_1_tile<1, NB>(X, XS, K, W, gs, O, N, n);
-    else q8_0_tile<1, NB>(X, K, W, gs, O, N, n);
-  }
-}
-
-template <bool Q4>
-void rows_avx512(const float* X, const float* XS, int64_t B, int64_t K, const uint8_t* W, int64_t gs, float* O,
-                 int64_t N, int64_t n0, int64_t n1) {
-  const int64_t G = K / gs;
-  int64_t b = 0;
-  for (; b + 8 <= B; b += 8) rows_avx512_fixed<1, 8, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1);
-  if (b + 4 <= B) { rows_avx512_fixed<1, 4, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1); b += 4; }
-  if (b + 2 <= B) { rows_avx512_fixed<1, 2, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1); b += 2; }
-  if (b < B) rows_avx512_fixed<4, 1, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1);
-}
-
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("fma");
-  return has;
-}
+// ---- vector paths: the loops of matvec_simd.h, compiled once per instruction set ------------
+// Each namespace below defines its instruction set's struct, then includes matvec_simd.h inside a
+// target region (GCC: #pragma GCC target; clang: #pragma clang attribute), so the loops are
+// compiled for those instructions only there, and the rest of the library for any x86-64 CPU.
+#define TLIB_PRAGMA(x) _Pragma(#x)
+#if defined(__clang__)
+#define TLIB_TARGET_BEGIN(isa) TLIB_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define TLIB_TARGET_END TLIB_PRAGMA(clang attribute pop)
 #else
-bool cpu_has_avx512() { return false; }
+#define TLIB_TARGET_BEGIN(isa) TLIB_PRAGMA(GCC push_options) TLIB_PRAGMA(GCC target(isa))
+#define TLIB_TARGET_END TLIB_PRAGMA(GCC pop_options)
 #endif
 
+// AVX-512 (float x): 16 floats per register, 32 registers.
+namespace avx512 {
+TLIB_TARGET_BEGIN("avx512f,avx512vl,avx512bw,avx2,fma,f16c")
+struct V {
+  using F = __m512;
+  static constexpr int kLanes = 16, kBatch = 8;  // kBatch rows of x: 2 x 8 accumulators of 32 registers
+  static F zero() { return _mm512_setzero_ps(); }
+  static F splat(float v) { return _mm512_set1_ps(v); }
+  static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static float sum(F v) { return _mm512_reduce_add_ps(v); }
+  // 16 int8 codes -> 16 int32 (sign-extended) -> 16 floats
+  static F q8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  // 16 bytes -> 16 int32 (zero-extended); the low four bits of each, and the high four, as floats
+  static void q4(const uint8_t* p, F& lo, F& hi) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+  }
+};
+#include "matvec_simd.h"
+TLIB_TARGET_END
+}  // namespace avx512
+
+// AVX-512 VNNI (int8 x): vpdpbusd multiplies 32 unsigned bytes by 32 signed bytes and adds each
+// four neighbouring products into one of 8 int32 lanes, in one instruction.
+namespace vnni {
+TLIB_TARGET_BEGIN("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")
+struct V {
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+};
+#include "matvec_simd.h"
+TLIB_TARGET_END
+}  // namespace vnni
+
+// AVX2 + FMA (both kinds of x): 8 floats per register, 16 registers; most x86-64 laptops.
+namespace avx2 {
+TLIB_TARGET_BEGIN("avx2,fma,f16c")
+struct V {
+  using F = __m256;
+  static constexpr int kLanes = 8, kBatch = 4;  // 2 x 4 accumulators leave room in 16 registers
+  static F zero() { return _mm256_setzero_ps(); }
+  static F splat(float v) { return _mm256_set1_ps(v); }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(F v);  // hsum8, defined in matvec_simd.h
+  static __m128i bytes8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+  // 8 int8 codes -> 8 int32 (sign-extended) -> 8 floats
+  static F q8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8(p))); }
+  // 8 bytes -> 8 int32 (zero-extended); the low four bits of each, and the high four, as floats
+  static void q4(const uint8_t* p, F& lo, F& hi) {
+    const __m256i v = _mm256_cvtepu8_epi32(bytes8(p));
+    lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+  }
+  // No VNNI: vpmaddubsw multiplies unsigned by signed bytes and adds neighbouring pairs into 16
+  // int16 (at most 2 * 128 * 127 = 32,512: no saturation, which is why x's codes stop at -127 and
+  // q8_0's sign moves onto x), then vpmaddwd by ones adds neighbouring int16 pairs into 8 int32.
+  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+#include "matvec_simd.h"
+float V::sum(F v) { return hsum8(v); }
+TLIB_TARGET_END
+}  // namespace avx2
+#endif  // TLIB_X86
 
 // ---- int8 activations (the *_q8x ops) --------------------------------------------------------
 // x (B, K) -> codes QX (B, K) int8, scales DX (B, G) and, for q4_1, SX = DX * sum of the block's codes.
@@ -258,73 +233,48 @@ void rows_q8x_portable(const int8_t* QX, const float* DX, const float* SX, int64
   }
 }
 
+// ---- choosing a path at run time ---------------------------------------------------------------
+// "auto" takes the fastest path this CPU runs: AVX-512 (for int8 x: with VNNI), else AVX2 + FMA,
+// else the portable loops; a group size that is no multiple of 32 always takes the portable loops.
+// A named path ("avx512", "avx2", "portable") is taken or refused: kernels.py checks the name first
+// and raises ValueError; these checks are the backstop.
+enum class Path { kPortable, kAvx2, kAvx512 };
+
+bool cpu_runs(Path p, bool int8_x) {
 #ifdef TLIB_X86
-#define TLIB_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
-
-TLIB_VNNI inline float hsum8(__m256 v) {  // the sum of 8 floats
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-// R consecutive rows of W (gs = 32) against every row of x. Per block and row: one 32-byte load
-// of codes (q4_1: 16 bytes, nibbles split by a shift and a mask), one vpdpbusd (unsigned x signed
-// bytes, four products summed per int32 lane), one int -> float conversion and one multiply-add by
-// d * dx. The block of x's codes is loaded once for the R rows; the R rows (a few KB) stay in L1
-// for the B rows of x. The next rows are prefetched while these are computed.
-template <int R, bool Q4>
-TLIB_VNNI void tile_q8x(const int8_t* QX, const float* DX, const float* SX, int64_t B, int64_t K, const uint8_t* W,
-                        float* O, int64_t N, int64_t n) {
-  constexpr int64_t gs = 32, bpb = Q4 ? 20 : 34;
-  const int64_t G = K / gs, rowb = G * bpb;
-  const uint8_t* tile = W + n * rowb;
-  for (int64_t p = 0; p < R * rowb; p += 64) _mm_prefetch(reinterpret_cast<const char*>(tile + R * rowb + p), _MM_HINT_T0);
-  const __m256i low4 = _mm256_set1_epi8(15);
-  for (int64_t b = 0; b < B; ++b) {
-    const int8_t* qx = QX + b * K;
-    const float* dx = DX + b * G;
-    const float* sx = SX + b * G;
-    __m256 acc[R];
-    float mins[R];
-    for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); mins[r] = 0.0f; }
-    for (int64_t g = 0; g < G; ++g) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + g * gs));
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* blk = tile + r * rowb + g * bpb;
-        __m256i dot;
-        if (Q4) {  // bytes 0..15: low nibbles = q_0..q_15; bytes 16..31: high nibbles = q_16..q_31
-          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-          const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);
-          dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, xv);  // codes 0..15 are unsigned
-        } else {  // signed x signed: |w| (unsigned) times x with w's sign
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-          dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));
-        }
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(half_f16c(blk) * dx[g]), acc[r]);
-        if (Q4) mins[r] += half_f16c(blk + 2) * sx[g];
-      }
-    }
-    for (int r = 0; r < R; ++r) O[b * N + n + r] = hsum8(acc[r]) + mins[r];
-  }
-}
-
-template <bool Q4>
-TLIB_VNNI void rows_q8x_vnni(const int8_t* QX, const float* DX, const float* SX, int64_t B, int64_t K,
-                             const uint8_t* W, float* O, int64_t N, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) tile_q8x<4, Q4>(QX, DX, SX, B, K, W, O, N, n);
-  for (; n < n1; ++n) tile_q8x<1, Q4>(QX, DX, SX, B, K, W, O, N, n);
-}
-
-bool cpu_has_vnni() {
-  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx2") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-#else
-bool cpu_has_vnni() { return false; }
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512bw");
+  static const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  if (p == Path::kAvx512) return int8_x ? vnni : avx512;
+  if (p == Path::kAvx2) return avx2;
 #endif
+  return p == Path::kPortable;
+}
+
+Path choose(const std::string& path, bool int8_x, int64_t gs) {
+  const bool whole_chunks = gs % 32 == 0;
+  if (path == "auto") {
+    for (Path p : {Path::kAvx512, Path::kAvx2})
+      if (whole_chunks && cpu_runs(p, int8_x)) return p;
+    return Path::kPortable;
+  }
+  const Path p = path == "avx512" ? Path::kAvx512 : path == "avx2" ? Path::kAvx2 : Path::kPortable;
+  TORCH_CHECK(p != Path::kPortable || path == "portable", "path: auto, avx512, avx2 or portable, not ", path);
+  TORCH_CHECK(cpu_runs(p, int8_x), "path ", path, " does not run on this CPU");
+  TORCH_CHECK(p == Path::kPortable || whole_chunks, "path ", path, " needs a group size that is a multiple of 32");
+  return p;
+}
+
+// The paths this CPU runs, fastest first (for int8 x, "avx512" means AVX-512 VNNI).
+std::vector<std::string> kernel_paths(bool int8_x) {
+  std::vector<std::string> names;
+  if (cpu_runs(Path::kAvx512, int8_x)) names.push_back("avx512");
+  if (cpu_runs(Path::kAvx2, int8_x)) names.push_back("avx2");
+  names.push_back("portable");
+  return names;
+}
 
 void check_args(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, int64_t bpb) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: contiguous (B, K) float32");
@@ -343,52 +293,41 @@ int64_t grain_rows(int64_t row_bytes) { return std::max<int64_t>(16, (32 * 1024)
 
 }  // namespace
 
-// out (B, N) = x (B, K) @ W^T for W as q8_0 blocks (N, K / gs * (2 + gs)) uint8.
-void q8_0_matvec(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
-  check_args(x, blocks, out, gs, 2 + gs);
-  const int64_t B = x.size(0), K = x.size(1), N = blocks.size(0);
-  const float* X = x.data_ptr<float>();
-  const uint8_t* W = blocks.data_ptr<uint8_t>();
-  float* O = out.data_ptr<float>();
-  const bool fast = simd && cpu_has_avx512() && gs % 16 == 0;
-  at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
-#ifdef TLIB_X86
-    if (fast) return rows_avx512<false>(X, nullptr, B, K, W, gs, O, N, n0, n1);
-#endif
-    q8_0_rows_portable(X, B, K, W, gs, O, N, n0, n1);
-  });
-}
-
-// out (B, N) = x (B, K) @ W^T for W as q4_1 blocks (N, K / gs * (4 + gs / 2)) uint8.
-void q4_1_matvec(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
-  TORCH_CHECK(gs % 2 == 0, "q4_1 needs an even group size");
-  check_args(x, blocks, out, gs, 4 + gs / 2);
+// out (B, N) = x (B, K) @ W^T for W as q8_0 blocks (N, K / gs * (2 + gs)) or q4_1 blocks
+// (N, K / gs * (4 + gs / 2)) uint8, on the path `path` names (see choose above).
+template <bool Q4>
+void matvec_f32(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs,
+                const std::string& path) {
+  TORCH_CHECK(!Q4 || gs % 2 == 0, "q4_1 needs an even group size");
+  check_args(x, blocks, out, gs, Q4 ? 4 + gs / 2 : 2 + gs);
   const int64_t B = x.size(0), K = x.size(1), N = blocks.size(0), G = K / gs;
   const float* X = x.data_ptr<float>();
   const uint8_t* W = blocks.data_ptr<uint8_t>();
   float* O = out.data_ptr<float>();
-  std::vector<float> xsum(static_cast<size_t>(B * G));  // sum of x over each block: for the minimum
-  for (int64_t b = 0; b < B; ++b)
+  std::vector<float> xsum(static_cast<size_t>(B * G));  // sum of x over each block: for q4_1's minimum
+  for (int64_t b = 0; Q4 && b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {
       float s = 0.0f;
       for (int64_t j = 0; j < gs; ++j) s += X[b * K + g * gs + j];
       xsum[b * G + g] = s;
     }
   const float* XS = xsum.data();
-  const bool fast = simd && cpu_has_avx512() && gs % 32 == 0;
+  const Path p = choose(path, false, gs);
   at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
 #ifdef TLIB_X86
-    if (fast) return rows_avx512<true>(X, XS, B, K, W, gs, O, N, n0, n1);
+    if (p == Path::kAvx512) return avx512::rows_f32<avx512::V, Q4>(X, XS, B, K, W, gs, O, N, n0, n1);
+    if (p == Path::kAvx2) return avx2::rows_f32<avx2::V, Q4>(X, XS, B, K, W, gs, O, N, n0, n1);
 #endif
-    q4_1_rows_portable(X, XS, B, K, W, gs, O, N, n0, n1);
+    if (Q4) q4_1_rows_portable(X, XS, B, K, W, gs, O, N, n0, n1);
+    else q8_0_rows_portable(X, B, K, W, gs, O, N, n0, n1);
   });
 }
-
 
 // The same products with x quantized to int8 per block of gs first (see the top of the file).
 // The codes of x live in buffers kept between calls (this thread's; resized only when x grows).
 template <bool Q4>
-void matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
+void matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs,
+                const std::string& path) {
   TORCH_CHECK(gs % 2 == 0, "the group size must be even");
   check_args(x, blocks, out, gs, Q4 ? 4 + gs / 2 : 2 + gs);
   const int64_t B = x.size(0), K = x.size(1), N = blocks.size(0), G = K / gs;
@@ -401,20 +340,28 @@ void matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
   const float *DX = dx.data(), *SX = sx.data();
   const uint8_t* W = blocks.data_ptr<uint8_t>();
   float* O = out.data_ptr<float>();
-  const bool fast = simd && cpu_has_vnni() && gs == 32;
+  const Path p = choose(path, true, gs);
   at::parallel_for(0, N, grain_rows(blocks.size(1)), [&](int64_t n0, int64_t n1) {
 #ifdef TLIB_X86
-    if (fast) return rows_q8x_vnni<Q4>(QX, DX, SX, B, K, W, O, N, n0, n1);
+    if (p == Path::kAvx512) return vnni::rows_q8x<vnni::V, Q4>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
+    if (p == Path::kAvx2) return avx2::rows_q8x<avx2::V, Q4>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
 #endif
     rows_q8x_portable<Q4>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
   });
 }
 
-void q8_0_matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
-  matvec_q8x<false>(x, blocks, out, gs, simd);
+// the four ops: (weights' format) x (float or int8 x)
+void q8_0_matvec(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs, std::string path) {
+  matvec_f32<false>(x, b, o, gs, path);
 }
-void q4_1_matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs, bool simd) {
-  matvec_q8x<true>(x, blocks, out, gs, simd);
+void q4_1_matvec(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs, std::string path) {
+  matvec_f32<true>(x, b, o, gs, path);
+}
+void q8_0_matvec_q8x(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs, std::string path) {
+  matvec_q8x<false>(x, b, o, gs, path);
+}
+void q4_1_matvec_q8x(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs, std::string path) {
+  matvec_q8x<true>(x, b, o, gs, path);
 }
 
 // ---- one decoding step of a Llama-style model, batch 1 (quantization/fused.py) ---------------
@@ -491,8 +438,8 @@ void decode_step(const at::Tensor& x, at::TensorList weights, at::TensorList nor
                    o = at::empty({1, D}, f32), gu = at::empty({1, 2 * F}, f32), act = at::empty({1, F}, f32);
   std::vector<float> scores(static_cast<size_t>(pos + 1));
   auto product = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& out) {
-    if (int8_x) (q4 ? q4_1_matvec_q8x : q8_0_matvec_q8x)(in, w, out, 32, true);
-    else (q4 ? q4_1_matvec : q8_0_matvec)(in, w, out, 32, true);
+    if (int8_x) (q4 ? q4_1_matvec_q8x : q8_0_matvec_q8x)(in, w, out, 32, "auto");
+    else (q4 ? q4_1_matvec : q8_0_matvec)(in, w, out, 32, "auto");
   };
   float* X = x.data_ptr<float>();
   const float *C = cos.data_ptr<float>(), *S = sin.data_ptr<float>();
@@ -531,19 +478,17 @@ void decode_step(const at::Tensor& x, at::TensorList weights, at::TensorList nor
   }
 }
 
-bool has_vnni() { return cpu_has_vnni(); }
-bool has_avx512() { return cpu_has_avx512(); }
+std::vector<std::string> paths(bool int8_x) { return kernel_paths(int8_x); }
 
 TORCH_LIBRARY(tlib_quant, m) {
   // out is written in place (a!); called eagerly from kernels.py only
-  m.def("q8_0_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
-  m.def("q4_1_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
-  m.def("q8_0_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
-  m.def("q4_1_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, bool simd) -> ()");
+  m.def("q8_0_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
+  m.def("q4_1_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
+  m.def("q8_0_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
+  m.def("q4_1_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
   m.def("decode_step(Tensor(a!) x, Tensor[] weights, Tensor[] norms, Tensor(b!)[] keys, Tensor(c!)[] values, "
         "int pos, Tensor cos, Tensor sin, int num_heads, int num_kv_heads, float eps, bool q4, bool int8_x) -> ()");
-  m.def("has_avx512() -> bool", TORCH_FN(has_avx512));
-  m.def("has_vnni() -> bool", TORCH_FN(has_vnni));
+  m.def("paths(bool int8_x) -> str[]", TORCH_FN(paths));
   m.impl("q8_0_matvec", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec));
   m.impl("q4_1_matvec", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec));
   m.impl("q8_0_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec_q8x));
