@@ -21,16 +21,22 @@ What the page needs before it prints (``_PREPARE_JS``):
 - page numbers on the contents page (the book theme's print table of contents, after the
   title: one line per page of the book under its part's caption): the book is printed once, the page where each page of the book starts is read
   from that PDF's outline, written into the contents, and the book printed again (the numbers sit
-  on lines that are already there, so nothing moves; ``print_pdf`` checks that they still agree);
+  on lines that are already there, so nothing moves: the second print renders only the contents
+  pages (``page_ranges``), and ``_patch_pages`` puts them over the first print's);
 - the headings' texts, for ``fix_outline``, which rewrites the outline Chromium made from them
   ("windows and" + "dilation" became "windows anddilation", a wrapped heading came out twice);
 - a code cell of at most ``KEEP_LINES`` lines marked ``tlib-keep``: it moves whole to the next
   page instead of leaving its empty frame at the bottom of this one; a longer cell breaks, its
   frame repeated on both pages (``box-decoration-break: clone``);
 - a figure more than ``WIDE_RATIO`` times wider than tall (a row of panels) turned a quarter on a
-  page of its own, 1.36 times as large as across the column (Chromium lays every page out at one
-  width, so a landscape page would not widen it);
-- display equations scaled to the printed column (book/_assets/js/fit-math.js).
+  page of its own and as long as the printable page (``printable_px``: about 1.43 times its
+  length across the column; Chromium lays every page out at one width, so a landscape page would
+  not widen it);
+- display equations scaled to the printed column (book/_assets/js/fit-math.js), with the window
+  as wide as that column;
+- nothing wider than the column: if anything still is, Chromium lays the whole book out wider and
+  shrinks every page to fit (a 12-column table once printed all 457 pages at 88%), so what sticks
+  out is scaled down to the column (CSS ``zoom``), named in layout.json and on the build's output.
 """
 from __future__ import annotations
 
@@ -45,8 +51,8 @@ from . import build_book
 from .browser import chromium, serve, wait_for_mathjax
 from .sphinx_book import library_version
 
-__all__ = ["SINGLEHTML", "PDF", "KEEP_LINES", "WIDE_RATIO", "build_singlehtml", "print_pdf", "build_pdf",
-           "ensure_pdf", "outline_pages"]
+__all__ = ["SINGLEHTML", "PDF", "KEEP_LINES", "WIDE_RATIO", "PAGE_MM", "MARGIN_MM", "SCALE", "printable_mm",
+           "printable_px", "build_singlehtml", "print_pdf", "build_pdf", "ensure_pdf", "outline_pages"]
 
 SINGLEHTML = build_book.BOOK / "_build" / "singlehtml"
 PDF = build_book.BOOK / "_build" / "pdf" / "book.pdf"
@@ -66,8 +72,29 @@ def build_singlehtml() -> Path:
 KEEP_LINES = 40     # a code cell this short moves whole to the next page rather than break
 WIDE_RATIO = 2.6    # a figure this much wider than tall prints on a landscape page
 
+# The printed page: A4, these margins (the footer sits in the bottom one), everything at SCALE.
+PAGE_MM = (210.0, 297.0)
+MARGIN_MM = {"top": 16.0, "bottom": 16.0, "left": 14.0, "right": 14.0}
+SCALE = 0.85
+_TURN_FILL = 0.98   # of the printable length: a turned figure that rounds to one pixel more would push a blank page
+
+
+def printable_mm() -> tuple[float, float]:
+    """(width, height) in mm of the part of a page the book is printed on (inside the margins)."""
+    return (PAGE_MM[0] - MARGIN_MM["left"] - MARGIN_MM["right"], PAGE_MM[1] - MARGIN_MM["top"] - MARGIN_MM["bottom"])
+
+
+def printable_px() -> tuple[float, float]:
+    """(width, height) of the printable area in CSS pixels of the printed layout: Chromium lays the
+    page out at 96 px per inch divided by ``SCALE``, so at A4 the column is about 809 px wide and
+    1178 px tall (the window is set to this size before the page is prepared)."""
+    px = 96 / 25.4 / SCALE
+    w, h = printable_mm()
+    return (w * px, h * px)
+
+
 _PREPARE_JS = """(args) => {
-  const [parts, keepLines, wideRatio] = args;
+  const [parts, keepLines, wideRatio, [boxWidth, boxHeight]] = args;
   // headings: one space where the source had a line break (the PDF outline is made from them)
   document.querySelectorAll('h1, h2, h3, h4').forEach(h => h.childNodes.forEach(n => {
     if (n.nodeType === 3) n.textContent = n.textContent.replace(/\\s+/g, ' '); }));
@@ -77,16 +104,33 @@ _PREPARE_JS = """(args) => {
     const lines = pre ? pre.textContent.split('\\n').length : 0;
     if (lines && lines <= keepLines) c.classList.add('tlib-keep');
   });
-  // wide figures (not a widget's frames): turned a quarter, a page each
+  // wide figures (not a widget's frames): turned a quarter, a page each, as large as the page
+  // allows with the aspect ratio kept: its length runs down the page, its height across it
   document.querySelectorAll('article div.cell_output img').forEach(i => {
-    if (i.naturalHeight && i.naturalWidth / i.naturalHeight > wideRatio && !i.closest('.tlib-widget')
-        && i.parentElement.querySelectorAll('img').length === 1) i.parentElement.classList.add('tlib-wide-figure');
+    const ratio = i.naturalHeight ? i.naturalWidth / i.naturalHeight : 0;
+    if (ratio > wideRatio && !i.closest('.tlib-widget') && i.parentElement.querySelectorAll('img').length === 1) {
+      i.parentElement.classList.add('tlib-wide-figure');
+      i.parentElement.style.setProperty('--tlib-turned', Math.floor(Math.min(boxHeight, boxWidth * ratio)) + 'px');
+    }
   });
   // the contents page (the book theme's print table of contents): a page-number slot per entry
   const entries = [...document.querySelectorAll('#jb-print-toc a[href^="#document-"]')];
   entries.forEach(a => { if (!a.nextElementSibling || !a.nextElementSibling.classList.contains('tlib-page')) {
     const n = document.createElement('span'); n.className = 'tlib-page'; a.after(n); a.parentElement.classList.add('tlib-entry'); } });
   if (window.tlibFitMath) window.tlibFitMath();
+  // what still sticks out of the column (the window is the column's width) is scaled down to it
+  const root = document.documentElement, edge = root.clientWidth + 1, scaled = [];
+  for (let pass = 0; pass < 3 && root.scrollWidth > edge; pass++) {
+    document.querySelectorAll('article *').forEach(e => {
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && r.right > edge && e.parentElement.getBoundingClientRect().right <= edge) {
+        const zoom = Math.floor((edge - 1 - r.left) / r.width * 100) / 100 * (parseFloat(e.style.zoom) || 1);
+        e.style.zoom = String(zoom);
+        scaled.push([e.tagName.toLowerCase(), (e.closest('section[id]') || {}).id || '', e.textContent.replace(/\\s+/g, ' ').trim().slice(0, 60), zoom]);
+      }
+    });
+  }
+  const layout = {column: root.clientWidth, width: root.scrollWidth, scaled: scaled};
   const headings = [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map(h => {
     const bare = h.cloneNode(true), shown = h.cloneNode(true);
     [bare, shown].forEach(c => c.querySelectorAll('.headerlink').forEach(e => e.remove()));
@@ -97,7 +141,7 @@ _PREPARE_JS = """(args) => {
     return [clean(bare.textContent), clean(shown.textContent)];
   });
   return [entries.map(a => [a.getAttribute('href').slice('#document-'.length), a.textContent.replace(/\\s+/g, ' ').trim()]),
-          headings];
+          headings, layout];
 }"""
 
 _NUMBER_JS = """(pages) => {
@@ -191,17 +235,36 @@ def _parts_of_pages() -> dict[str, str]:
     return {c["file"]: p["caption"] for p in toc["parts"] for c in p["chapters"]}
 
 
+def _patch_pages(base: Path, patch: Path, first: int, count: int) -> None:
+    """Draw ``patch``'s first ``count`` pages (a print of pages ``first``.. of the same document) on
+    ``base``'s pages from ``first`` (1-based) on: each keeps its page object, so the outline, the named
+    destinations and the links (which did not move) still point at it."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject
+    writer = PdfWriter(clone_from=PdfReader(str(base)))
+    for k, page in enumerate(PdfReader(str(patch)).pages[:count]):
+        imported = writer.add_page(page)  # copies its content stream, fonts and images into ``writer``
+        target = writer.pages[first - 1 + k]
+        for key in ("/Contents", "/Resources"):
+            target[NameObject(key)] = imported.raw_get(key)
+        writer.remove_page(len(writer.pages) - 1)
+    with open(base, "wb") as f:
+        writer.write(f)
+
+
 def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
-    """Print ``html_dir/index.html`` to ``out`` with Chromium: twice, the second time with the
-    contents page's numbers read from the first print."""
+    """Print ``html_dir/index.html`` to ``out`` with Chromium, then the contents pages again with
+    their numbers read from that print (only they change: the numbers sit on lines already there)."""
+    from pypdf import PdfReader
     out.parent.mkdir(parents=True, exist_ok=True)
-    options = dict(format="A4", scale=0.85, print_background=True, outline=True, tagged=True,
-                   prefer_css_page_size=True,
-                   margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
+    options = dict(format="A4", scale=SCALE, print_background=True, outline=True, tagged=True,
+                   prefer_css_page_size=True, margin={k: f"{v}mm" for k, v in MARGIN_MM.items()},
                    display_header_footer=True, header_template="<div></div>",
                    footer_template=_FOOTER.format(version=library_version()))
+    width, height = printable_px()
     with serve(html_dir) as site, chromium() as browser:
-        page = browser.new_page()
+        # the window is the printed column, so that equations are fitted to it and overflow is seen
+        page = browser.new_page(viewport={"width": int(width), "height": int(height)})
         page.set_default_timeout(600_000)  # the whole book in one page: minutes on a busy machine
         page.emulate_media(media="print")
         page.goto(f"{site}/index.html", wait_until="load")
@@ -210,20 +273,30 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
         page.evaluate("() => document.querySelectorAll('div.cell.tag_solution details').forEach(d => d.open = true)")
         page.evaluate("async () => { document.querySelectorAll('img').forEach(i => i.loading = 'eager');"
                       " await Promise.all([...document.images].map(i => i.decode().catch(() => null))); }")
-        entries, headings = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO])
-        with tempfile.TemporaryDirectory() as tmp:
-            first = Path(tmp) / "first.pdf"
-            page.pdf(path=str(first), **options)
-            numbers = _contents_numbers(entries, first)
-        page.evaluate(_NUMBER_JS, numbers)
+        box = [width, height * _TURN_FILL]
+        entries, headings, layout = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO, box])
+        for tag, section, text, zoom in layout["scaled"]:
+            print(f"bookkit.pdf: a <{tag}> in #{section} is wider than the printed column, printed at {zoom:.0%}: "
+                  f"{text!r}", flush=True)
         page.pdf(path=str(out), **options)
+        numbers = _contents_numbers(entries, out)
+        texts = [p.extract_text() for p in PdfReader(str(out)).pages[:min(filter(None, numbers))]]
+        first = next(k for k, t in enumerate(texts) if "Contents" in t) + 1
+        last = min(filter(None, numbers)) - 1
+        page.evaluate(_NUMBER_JS, numbers)
+        with tempfile.TemporaryDirectory() as tmp:
+            patch = Path(tmp) / "contents.pdf"
+            # one page more than the contents: it must come out as before (nothing moved)
+            page.pdf(path=str(patch), page_ranges=f"{first}-{last + 1}", **options)
+            patched = PdfReader(str(patch)).pages
+            if len(patched) != last + 2 - first or _squash(patched[-1].extract_text()) != _squash(texts[last]):
+                raise build_book.BuildError(f"writing the contents page numbers moved page {last + 1}")
+            _patch_pages(out, patch, first, last + 1 - first)
         page.close()
     fix_outline(out, headings)
-    again = _contents_numbers(entries, out)
-    if again != numbers:  # the numbers moved a line: print the third time with the final ones
-        raise build_book.BuildError(f"the contents page numbers moved between prints: {numbers} -> {again}")
     (out.parent / "contents.json").write_text(json.dumps(
         [{"page": doc, "title": title, "number": n} for (doc, title), n in zip(entries, numbers)], indent=1) + "\n")
+    (out.parent / "layout.json").write_text(json.dumps(layout, indent=1) + "\n")
     return out
 
 

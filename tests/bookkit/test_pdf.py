@@ -263,10 +263,63 @@ def test_wide_figures_run_along_their_own_page(pdf):
     """A row of panels (chapter 17's five strategies) is turned a quarter on a page of its own:
     such a page holds one image and almost no text."""
     reader, texts = pdf
-    turned = [n for n, t in enumerate(texts) if len(reader.pages[n].images) == 1
-              and len([l for l in t.splitlines() if l.strip()]) <= 1]
-    assert turned, "no wide figure got a page of its own"
+    assert _turned_pages(reader, texts), "no wide figure got a page of its own"
     assert all(float(p.mediabox.width) < float(p.mediabox.height) for p in reader.pages), "A4 portrait throughout"
+
+
+def _turned_pages(reader, texts) -> list[int]:
+    """Pages with almost no text whose one image is wide: the turned figures' pages (a square
+    figure can also end up alone on a page). The text is looked at first: listing a page's images
+    decodes them, about a minute for the whole book."""
+    from bookkit.pdf import WIDE_RATIO
+    bare = [n for n, t in enumerate(texts) if len([l for l in t.splitlines() if l.strip()]) <= 1]
+    return [n for n in bare if len(images := reader.pages[n].images) == 1
+            and (lambda w, h: w / h > WIDE_RATIO)(*images[0].image.size)]
+
+
+def test_turned_figures_fill_the_printable_page(pdf, page_images):
+    """A turned figure is as long as the printable page (issue 27), not 1.36 times its length in
+    the column: the ink of its page, inside the margins, runs at least 95% of the printable
+    height (a fresh clone's whole book: 255-257 of 265 mm, the figures' own white edges about 1%;
+    the old fixed 1100 px gave 242-245 mm, 92%; while a 12-column table stuck out of the column
+    Chromium shrank every page and they ran 218 mm, 82%), stays within the printable width,
+    prints nothing in the top margin, and keeps the image's aspect ratio (15%: the ink box leaves
+    out the figure's white border)."""
+    import numpy as np
+    from bookkit.pdf import MARGIN_MM, printable_mm
+    reader, texts = pdf
+    turned = _turned_pages(reader, texts)
+    assert turned, "no wide figure got a page of its own"
+    dpi = 30
+    px = dpi / 25.4  # pixels per mm
+    width, height = printable_mm()
+    top, bottom, left = (round(MARGIN_MM[k] * px) for k in ("top", "bottom", "left"))
+    for n in turned:
+        img = _read_pgm(page_images[n])
+        assert not (img[:top] < 245).any(), f"page {n + 1}: the turned figure prints into the top margin"
+        ys, xs = np.where(img[top:img.shape[0] - bottom] < 245)
+        long, short = (ys.max() - ys.min() + 1) / px, (xs.max() - xs.min() + 1) / px  # mm
+        assert long >= 0.95 * height, f"page {n + 1}: the turned figure is {long:.0f} of {height:.0f} mm long"
+        assert short <= width and xs.min() >= left - 1, f"page {n + 1}: wider than the printable page"
+        w, h = reader.pages[n].images[0].image.size
+        assert abs(long / short / (w / h) - 1) < 0.15, f"page {n + 1}: {long:.0f} x {short:.0f} mm for a {w} x {h} image"
+
+
+def test_nothing_is_wider_than_the_printed_column(pdf):
+    """Anything wider than the column makes Chromium lay the whole book out wider and shrink
+    every page (a 12-column table printed all pages at 88%): bookkit.pdf measures the page at the
+    column's width before printing, and scales down (and names) what sticks out."""
+    from bookkit.pdf import PDF, printable_px
+    layout = json.loads((PDF.parent / "layout.json").read_text())
+    assert layout["column"] == int(printable_px()[0])
+    assert layout["width"] <= layout["column"], f"the printed page is {layout['width']} px wide: {layout['scaled'][:3]}"
+
+
+def test_printable_area_is_a4_inside_the_margins_at_the_print_scale():
+    from bookkit.pdf import printable_mm, printable_px
+    assert printable_mm() == (182.0, 265.0)  # A4, 14 mm left and right, 16 mm top and bottom
+    w, h = printable_px()
+    assert round(w) == 809 and round(h) == 1178  # 182 mm and 265 mm at 96 px per inch / 0.85
 
 
 def test_last_page_is_not_a_stray_line(pdf):
