@@ -193,17 +193,21 @@ def _outline_candidates(title: str) -> list[str]:
     return out
 
 
-def fix_outline(pdf_path: Path, headings: list[list[str]]) -> int:
+def fix_outline(pdf_path: Path, headings: list[list[str]], patch: tuple[Path, int, int] | None = None) -> int:
     """Give each PDF outline entry its heading's text as the page has it.
 
     Chromium builds an entry from the heading's printed lines and joins them without a space
     ("windows and" + "dilation" -> "windows anddilation"), repeats a wrapped heading's first line
     and leaves out inline math. ``headings`` holds (text without math, text with math as plain
     characters) for every heading of the page; an entry is matched to the heading whose text
-    without math equals it once white space is ignored. Returns how many entries were rewritten."""
+    without math equals it once white space is ignored. Returns how many entries were rewritten.
+    ``patch`` (pdf, first, count): pages drawn over the book's in the same pass (``_patch_pages``;
+    copying the whole book into a writer is the slow part, about 20 s)."""
     from pypdf import PdfReader, PdfWriter
     from pypdf.generic import NameObject, TextStringObject
     writer = PdfWriter(clone_from=PdfReader(str(pdf_path)))
+    if patch is not None:
+        _patch_pages(writer, *patch)
     texts = {}
     for key, text in headings:
         texts.setdefault(_squash(key), text)
@@ -235,21 +239,18 @@ def _parts_of_pages() -> dict[str, str]:
     return {c["file"]: p["caption"] for p in toc["parts"] for c in p["chapters"]}
 
 
-def _patch_pages(base: Path, patch: Path, first: int, count: int) -> None:
+def _patch_pages(writer, patch: Path, first: int, count: int) -> None:
     """Draw ``patch``'s first ``count`` pages (a print of pages ``first``.. of the same document) on
-    ``base``'s pages from ``first`` (1-based) on: each keeps its page object, so the outline, the named
-    destinations and the links (which did not move) still point at it."""
-    from pypdf import PdfReader, PdfWriter
+    ``writer``'s pages from ``first`` (1-based) on: each keeps its page object, so the outline, the
+    named destinations and the links (which did not move) still point at it."""
+    from pypdf import PdfReader
     from pypdf.generic import NameObject
-    writer = PdfWriter(clone_from=PdfReader(str(base)))
     for k, page in enumerate(PdfReader(str(patch)).pages[:count]):
         imported = writer.add_page(page)  # copies its content stream, fonts and images into ``writer``
         target = writer.pages[first - 1 + k]
         for key in ("/Contents", "/Resources"):
             target[NameObject(key)] = imported.raw_get(key)
         writer.remove_page(len(writer.pages) - 1)
-    with open(base, "wb") as f:
-        writer.write(f)
 
 
 def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
@@ -288,12 +289,11 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
             patch = Path(tmp) / "contents.pdf"
             # one page more than the contents: it must come out as before (nothing moved)
             page.pdf(path=str(patch), page_ranges=f"{first}-{last + 1}", **options)
+            page.close()
             patched = PdfReader(str(patch)).pages
             if len(patched) != last + 2 - first or _squash(patched[-1].extract_text()) != _squash(texts[last]):
                 raise build_book.BuildError(f"writing the contents page numbers moved page {last + 1}")
-            _patch_pages(out, patch, first, last + 1 - first)
-        page.close()
-    fix_outline(out, headings)
+            fix_outline(out, headings, patch=(patch, first, last + 1 - first))
     (out.parent / "contents.json").write_text(json.dumps(
         [{"page": doc, "title": title, "number": n} for (doc, title), n in zip(entries, numbers)], indent=1) + "\n")
     (out.parent / "layout.json").write_text(json.dumps(layout, indent=1) + "\n")
