@@ -2,6 +2,7 @@
 
     nice .venv/bin/python benchmarks/generate.py           # the full table (a few minutes)
     .venv/bin/python benchmarks/generate.py --quick        # 32 new tokens, one round
+    nice .venv/bin/python benchmarks/generate.py --only sweep --threads 1   # one part, merged in
 
 Setting (issue 15): SmolLM2-135M-Instruct from the packaged GGUF, dequantized to float32, batch
 1, CPU, greedy, 128 new tokens after a 64-token prompt (``min_new_tokens`` keeps transformers from
@@ -18,12 +19,18 @@ each), median tokens/s per generator (prefill included, as a user sees it). Then
 step at a 512-token context: the median of ``--steps`` cached steps (one token, 512 in the cache)
 against uncached steps (a forward pass over 513 tokens, last position's logits only).
 
+Part ``sweep`` (chapter 17's figure): the same two kinds of step at contexts 32, 128, 256 and 512
+(``kv_cache.step_times``: the cache filled once and cut back to each length, median of ``--steps``
+steps each), recorded with its own machine, load and thread count, since ``--only sweep`` merges
+it into an existing file without re-running the generation part.
+
 It prints, asserts nothing, and writes benchmarks/results/generate.json (with the machine and
 its load average) for chapter 17. Run it on a quiet machine; torch uses ``--threads`` threads.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -35,14 +42,18 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
-from _results import describe, machine, write_results  # noqa: E402
+from _results import RESULTS, describe, machine, write_results  # noqa: E402
 
+from transformer_lib.kv_cache import step_times  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
 from transformer_lib.sampling import generate_ids  # noqa: E402
 
 TEXT = ("The history of computing is a story of people who wanted machines to do arithmetic for them. "
         "Charles Babbage designed an engine of brass gears, Ada Lovelace wrote programs for it, and a "
         "century later electronic computers filled whole rooms. Today a phone holds more memory than")
+PARTS = ("generation", "sweep")
+RESULT_FILE = RESULTS / "generate.json"
+SWEEP_CONTEXTS = [32, 128, 256, 512]
 
 
 def timed(fn) -> float:
@@ -51,19 +62,48 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def sweep(lm, steps: int, threads: int) -> dict:
+    """Part ``sweep``: ms per decoding step with and without the cache at ``SWEEP_CONTEXTS``."""
+    long_ids = torch.tensor([(lm.tokenizer.encode(TEXT * 30).ids * 2)[:max(SWEEP_CONTEXTS) + 1]])  # (1, 513)
+    step_times(lm.model, long_ids, [32], repeat=1)  # warm-up
+    times = step_times(lm.model, long_ids, SWEEP_CONTEXTS, repeat=steps)
+    out = {"machine": machine(), "threads": threads, "steps": steps, "contexts": SWEEP_CONTEXTS,
+           "cached_ms": [round(1e3 * t, 2) for t in times["cached"]],
+           "uncached_ms": [round(1e3 * t, 2) for t in times["uncached"]]}
+    for c, a, b in zip(SWEEP_CONTEXTS, out["cached_ms"], out["uncached_ms"]):
+        print(f"context {c:>4}: cached {a:7.1f} ms, uncached {b:8.1f} ms")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="32 new tokens, one round, 3 steps")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--only", nargs="+", choices=PARTS, default=None,
+                    help="run only these parts and merge them into the existing results file")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     new_tokens, prompt_len, context = (32 if args.quick else 128), 64, 512
     rounds, steps = (1, 3) if args.quick else (args.rounds, args.steps)
+    parts = args.only or PARTS
 
     lm = load_smollm2("cpu")
+    payload = json.loads(RESULT_FILE.read_text()) if args.only and RESULT_FILE.exists() else {}
+    if "sweep" in parts:
+        payload["sweep"] = sweep(lm, steps, args.threads)
+    if "generation" in parts:
+        payload.update(generation(lm, args, new_tokens, prompt_len, context, rounds, steps))
+    if not args.no_write:  # --quick writes too, with its setting (new_tokens, rounds) recorded
+        if "generation" in parts:  # the top-level machine is the generation part's (the sweep has its own)
+            payload.pop("machine", None)
+        write_results("generate", payload)
+
+
+def generation(lm, args, new_tokens: int, prompt_len: int, context: int, rounds: int, steps: int) -> dict:
+    """Part ``generation``: tokens/s of the three generators and one step at ``context`` tokens."""
     model = lm.model
     prompt = lm.tokenizer.encode(TEXT * 4).ids[:prompt_len]
     from transformers import AutoModelForCausalLM, __version__ as tf_version
@@ -111,16 +151,15 @@ def main() -> None:
     print(f"cached / reference = {ratio:.2f}  (target >= 1.0); greedy tokens identical: {same}")
     print(f"one step at {context} tokens of context: cached {1e3 * step_cached:.1f} ms, uncached "
           f"{1e3 * step_uncached:.1f} ms, speedup {step_uncached / step_cached:.1f}x  (target >= 5x)")
-    if not args.no_write:  # --quick writes too, with its setting (new_tokens, rounds) recorded
-        write_results("generate", {
-            "setting": {"model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)", "batch": 1,
-                        "dtype": "float32", "device": "cpu", "decoding": "greedy", "prompt_tokens": prompt_len,
-                        "new_tokens": new_tokens, "threads": args.threads, "rounds": rounds,
-                        "transformers": tf_version},
-            "rows": rows, "cached_over_reference": round(ratio, 3), "greedy_tokens_identical": same,
-            "step_context": context, "step_cached_ms": round(1e3 * step_cached, 2),
-            "step_uncached_ms": round(1e3 * step_uncached, 2),
-            "cache_speedup_at_context": round(step_uncached / step_cached, 2)})
+    return {
+        "setting": {"model": "SmolLM2-135M-Instruct (GGUF Q4_1 dequantized to float32)", "batch": 1,
+                    "dtype": "float32", "device": "cpu", "decoding": "greedy", "prompt_tokens": prompt_len,
+                    "new_tokens": new_tokens, "threads": args.threads, "rounds": rounds,
+                    "transformers": tf_version},
+        "rows": rows, "cached_over_reference": round(ratio, 3), "greedy_tokens_identical": same,
+        "step_context": context, "step_cached_ms": round(1e3 * step_cached, 2),
+        "step_uncached_ms": round(1e3 * step_uncached, 2),
+        "cache_speedup_at_context": round(step_uncached / step_cached, 2)}
 
 
 if __name__ == "__main__":

@@ -259,6 +259,8 @@ def test_continuation_log_probs_equal_one_pass_per_continuation(tiny):
             assert value.item() == pytest.approx(one, abs=1e-4)
     same, _ = continuation_log_probs(tiny, prompt, torch.tensor([rows[0], rows[2]]))  # (B, n) tensor, no EOS
     assert same[0] < got[0]  # five tokens' log-probs, all < 0, against two
+    alone, _ = continuation_log_probs(tiny, prompt, [rows[1]])  # one token: the prompt's pass only
+    assert alone.item() == pytest.approx(got[1].item(), abs=1e-4)
 
 
 @pytest.mark.parametrize("call, name", [

@@ -205,21 +205,25 @@ def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.
 STRATEGY_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 
+def _prefill_once(model, prompt: torch.Tensor, rows: int):
+    """Run the prompt (L,) once and copy its cache to ``rows`` rows: (cache, last logits (rows, V))."""
+    cache = model.new_cache()
+    logits = model(prompt[None], cache=cache)[:, -1].float()  # (1, V)
+    cache.reorder(torch.zeros(rows, dtype=torch.long, device=prompt.device))  # every row: the prompt's past
+    return cache, logits.expand(rows, -1)
+
+
 @torch.no_grad()
 def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: int | None = None,
                   use_cache: bool = True) -> list[list[int]]:
     """One prompt decoded with several strategies at once: row i of one batch follows
     ``strategies[i]`` (a dict of :func:`generate_ids`' keywords: temperature, top_k, top_p,
-    repetition_penalty, seed) with its own generator. Returns each row's new ids, up to its first
-    ``eos_id`` (kept).
-
-    Why: one decoding step of a small model on a CPU costs about the time it takes to read every
-    weight once, and a batch of rows reads them once too. Six strategies in one batch cost about
-    what one costs alone, and each row gets the tokens ``generate_ids(model, prompt_ids,
-    max_new_tokens, eos_id=eos_id, **strategies[i])`` gives: its generator draws the same numbers
-    (the logits differ only by the rounding of a batched matrix product). A sampling row without a
-    seed draws from torch's global generator, shared with the other rows: seed every one to
-    reproduce the separate runs."""
+    repetition_penalty, seed) with its own generator; returns each row's new ids, up to its first
+    ``eos_id`` (kept). Why: a step of a small model on a CPU costs about one read of every weight,
+    for one row or six, so six strategies cost about what one does, and row i gets the tokens of
+    ``generate_ids(model, prompt_ids, max_new_tokens, eos_id=eos_id, **strategies[i])`` (the same
+    draws; the logits differ only by a batched matmul's rounding). The prompt runs once, its cache
+    copied to every row. An unseeded sampling row draws from torch's global generator, shared."""
     check_prompt_ids(prompt_ids)
     check_int("max_new_tokens", max_new_tokens, 0)
     if eos_id is not None:
@@ -239,11 +243,12 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
     check_token_ids(prompt[None], torch.iinfo(torch.long).max)
     tokens = prompt[None].repeat(len(strategies), 1)  # (B, L): one row per strategy
     gens = [_generator(s.get("seed"), None, device) for s in strategies]
-    cache = model.new_cache() if use_cache else None
+    cache, logits = _prefill_once(model, prompt, len(strategies)) if use_cache else (None, None)
     done = torch.zeros(len(strategies), dtype=torch.bool, device=device)  # (B,) rows past EOS
     feed = tokens
     for _ in range(max_new_tokens):
-        logits = model(feed, cache=cache)[:, -1].float()  # (B, V): one pass for every row
+        if logits is None:
+            logits = model(feed, cache=cache)[:, -1].float()  # (B, V): one pass for every row
         token = torch.stack([
             sample_next(apply_repetition_penalty(row, seen, s["repetition_penalty"]), s["temperature"],
                         s.get("top_k"), s.get("top_p"), gen)
@@ -254,7 +259,7 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
         tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, L + 1)
         if bool(done.all()):
             break
-        feed = tokens[:, -1:] if cache is not None else tokens
+        feed, logits = (tokens[:, -1:] if cache is not None else tokens), None
     new = tokens[:, prompt.numel():].tolist()
     return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in new]
 
@@ -263,10 +268,11 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
 def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log p (B,), lengths (B,))``: the model's log-probability of each continuation of one
-    prompt (the sum over its tokens of log p(token | prompt, tokens before it)), all in one forward
-    pass. ``continuations`` is a list of id lists of any lengths, or a (B, n) tensor; tokens after
-    a row's first ``eos_id`` are not counted. Rows are padded at the end, which a causal model
-    never sees from the positions that count."""
+    prompt (the sum over its tokens of log p(token | prompt, tokens before it)): the prompt runs
+    once, its cache is copied to every row, and the continuations run as one batch.
+    ``continuations`` is a list of id lists of any lengths, or a (B, n) tensor; tokens after a
+    row's first ``eos_id`` are not counted. Rows are padded at the end, which a causal model never
+    sees from the positions that count."""
     check_prompt_ids(prompt_ids)
     rows = continuations.tolist() if isinstance(continuations, torch.Tensor) else [list(c) for c in continuations]
     if not rows or any(len(r) == 0 for r in rows):
@@ -279,9 +285,10 @@ def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None 
     n = int(lengths.max())
     new = torch.tensor([r + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=device)  # (B, n)
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
-    ids = torch.cat([prompt[None].expand(len(rows), -1), new], dim=1)  # (B, L + n)
-    check_token_ids(ids, torch.iinfo(torch.long).max)
-    logp = model(ids)[:, prompt.numel() - 1:-1].float().log_softmax(-1)  # (B, n, V): the predicting positions
+    check_token_ids(torch.cat([prompt, new.flatten()])[None], torch.iinfo(torch.long).max)
+    cache, first = _prefill_once(model, prompt, len(rows))  # (B, V): predicts each row's token 0
+    rest = [model(new[:, :-1], cache=cache).float()] if n > 1 else []  # (B, n - 1, V): tokens 1 .. n-1
+    logp = torch.cat([first[:, None], *rest], dim=1).log_softmax(-1)  # (B, n, V)
     picked = logp.gather(-1, new[..., None])[..., 0]  # (B, n)
     counted = torch.arange(n, device=device)[None] < lengths[:, None]  # (B, n)
     return picked.masked_fill(~counted, 0.0).sum(-1), lengths
