@@ -32,13 +32,16 @@ ASSIGNMENT = "01-attention"
 EXERCISES = 4
 CAP = 64                 # processes and threads a kernel may have in this test
 BOMB_SECONDS = 40          # at most; under the cell limit below
-REFUSALS = 20
+REFUSALS = 3               # a refused fork costs the whole copy of the kernel's memory map first
 CELL_TIMEOUT = 60
 AUTOGRADE_TIMEOUT = 900
 MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
 # each process forks until the cap has refused it REFUSALS times or BOMB_SECONDS have passed: on
 # a loaded machine a bomb bounded by time alone could end before it reached the cap (seen at load
-# ~20, with the next submission's kernel starting beside it)
+# ~20, with the next submission's kernel starting beside it). Linux checks the pids cap only after
+# it has copied the forking process's page tables, so each refusal of a kernel with torch loaded
+# costs CPU: with 20 refusals a process the bomb ran out its 40 s (642 refusals, load ~20); with 3
+# it ended in 10 s (159 refusals, load ~19), the cap as binding
 FORK_BOMB = (f"import os, time\n_end, _refused = time.time() + {BOMB_SECONDS}, 0\n"
              f"while time.time() < _end and _refused < {REFUSALS}:\n    try:\n        os.fork()\n"
              "    except OSError:\n        _refused += 1\n")
