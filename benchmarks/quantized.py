@@ -17,7 +17,8 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
   (every quantized row above decodes with ``QuantizedLlamaDecoder``'s fused step: one C++ call
   per token, q/k/v and gate/up fused into one kernel pass each, the cache written in place)
 * int8 x8, int4 (file) x8 - the same weights with ``activations="int8"``: x quantized per block of
-                32 inside the kernel (llama.cpp's Q8_0 activations), integer dot products (VNNI).
+                32 inside the kernel (llama.cpp's Q8_0 activations), integer dot products (VNNI;
+                on AVX2, vpmaddubsw + vpmaddwd).
                 Their prefill, and so their perplexity, is the weight-only rows' (float x): not repeated;
 * transformers - its ``generate`` on the model it reads from the same GGUF (float32);
 * llama.cpp   - ``llama-cpp-python`` on the same GGUF file (skipped when it is not installed:
@@ -34,8 +35,10 @@ float32 weights are the file's 4-bit weights decoded, so its int4 rows measure r
 of a 4-bit grid, not of a float model; the book GPT rows are the true float-to-int measurement.
 
 One matrix-vector product per SmolLM2 shape (the tied 49,152 x 576 head and each layer's
-matrices), float32 BLAS beside each kernel, medians taken in turns in one run: microseconds and
-GB/s of weights read, the roofline numbers of each kernel.
+matrices), float32 BLAS beside each kernel on each of its code paths that this CPU runs (avx512,
+avx2, portable: ``kernel_paths``), medians taken in turns in one run: microseconds and GB/s of
+weights read, the roofline numbers of each kernel. The avx2 rows are what a laptop without
+AVX-512 gets; the decoding rows above run the path "auto" picks (recorded as ``decoding_path``).
 
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
 its load average) for chapter 19. Run it on a quiet machine.
@@ -62,9 +65,8 @@ from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
-from transformer_lib.quantization import (kernel_available, load_smollm2_quantized, matvec,  # noqa: E402
-                                          quantize, quantize_blocks, simd_available, vnni_available,
-                                          weight_bytes)
+from transformer_lib.quantization import (kernel_available, kernel_paths, load_smollm2_quantized,  # noqa: E402
+                                          matvec, quantize, quantize_blocks, simd_available, weight_bytes)
 from transformer_lib.sampling import generate_ids  # noqa: E402
 from transformer_lib.training import evaluate_lm  # noqa: E402
 
@@ -102,18 +104,21 @@ def llama_cpp_generator(path: Path, threads: int):
 
 
 def matvec_table(repeat: int) -> dict:
-    """Batch-1 products for SmolLM2's shapes: float32 (x @ W^T), each kernel, medians taken in turns."""
+    """Batch-1 products for SmolLM2's shapes: float32 (x @ W^T), then each kernel on every code path
+    this CPU runs ("q4_1 avx2", "q4_1 x8 portable", ...), medians taken in turns."""
     g = torch.Generator().manual_seed(0)
     table = {}
     for N, K in [(49152, 576), (1536, 576), (576, 1536), (576, 576), (192, 576)]:
         w = torch.randn(N, K, generator=g) * 0.05
         x = torch.randn(1, K, generator=g)
-        b8, b4 = quantize_blocks(w, 8), quantize_blocks(w, 4)
-        runs = {"float32": (lambda: x @ w.T, N * K * 4),
-                "q8_0": (lambda: matvec(x, b8, "q8_0"), b8.numel()),
-                "q8_0 x8": (lambda: matvec(x, b8, "q8_0", activations="int8"), b8.numel()),
-                "q4_1": (lambda: matvec(x, b4, "q4_1"), b4.numel()),
-                "q4_1 x8": (lambda: matvec(x, b4, "q4_1", activations="int8"), b4.numel())}
+        runs = {"float32": (lambda: x @ w.T, N * K * 4)}
+        for fmt, bits in (("q8_0", 8), ("q4_1", 4)):
+            blocks = quantize_blocks(w, bits)
+            for activations, tag in (("float32", ""), ("int8", " x8")):
+                for path in kernel_paths(activations):
+                    runs[f"{fmt}{tag} {path}"] = (
+                        lambda b=blocks, f=fmt, a=activations, p=path: matvec(x, b, f, activations=a, path=p),
+                        blocks.numel())
         times = {k: [] for k in runs}
         for f, _ in runs.values():
             f()  # warm-up
@@ -140,8 +145,12 @@ def main() -> None:
     new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
     rounds, text_tokens = (1, 512) if args.quick else (args.rounds, 2048)
     ok, why = kernel_available()
-    print(f"# kernel: {'built' if ok else 'NOT built (' + why + ')'}; AVX-512 path: {simd_available()}; "
-          f"VNNI (int8 x) path: {vnni_available()}")
+    # the code path "auto" takes, the one every decoding row below runs (the fused step included)
+    paths = {a: kernel_paths(a) for a in ("float32", "int8")}
+    decoding_path = {a: (p[0] if p else "reference (no kernel)") for a, p in paths.items()}
+    print(f"# kernel: {'built' if ok else 'NOT built (' + why + ')'}; paths on this CPU: float x {paths['float32']}, "
+          f"int8 x {paths['int8']}; the decoding rows use {decoding_path['float32']} "
+          f"(x8 rows: {decoding_path['int8']})")
 
     dense = load_smollm2("cpu")
     encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
@@ -243,11 +252,12 @@ def main() -> None:
     print("# one matrix-vector product with the 49,152 x 576 head (batch 1):")
     for name, g in gemv.items():
         print(f"{name:<14}{g['ms']:>8.2f} ms {g['MB']:>7.1f} MB {g['GB_per_s']:>6.1f} GB/s")
-    print("# one matrix-vector product per SmolLM2 shape, batch 1, medians in turns (us; GB/s of weights read):")
-    kinds = list(next(iter(shapes.values())))
-    print(f"{'N x K':<12}" + "".join(f"{k:>20}" for k in kinds))
-    for shape, row in shapes.items():
-        print(f"{shape:<12}" + "".join(f"{row[k]['us']:>11.1f}{row[k]['GB_per_s']:>7.1f}GB/s" for k in kinds))
+    print(f"# one matrix-vector product per SmolLM2 shape, batch 1, {args.threads} threads, medians in turns, per "
+          "code path (us; GB/s of weights read):")
+    print(f"{'kernel path':<20}" + "".join(f"{shape:>22}" for shape in shapes))
+    for kind in next(iter(shapes.values())):
+        print(f"{kind:<20}" + "".join(f"{row[kind]['us']:>11.1f}{row[kind]['GB_per_s']:>7.1f}GB/s"
+                                      for row in shapes.values()))
     print("# prefill of 256 tokens: " + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in prefill.items()))
     best8 = max(("int8", "int8 x8"), key=tok_s.get)
     best4 = max(("int4 (file)", "int4 (file) x8"), key=tok_s.get)
@@ -265,6 +275,8 @@ def main() -> None:
                         "decoding": "greedy", "prompt_tokens": prompt_len, "new_tokens": new_tokens,
                         "threads": args.threads, "rounds": rounds, "transformers": tf_version,
                         "llama_cpp": llama_version, "kernel_built": ok, "avx512_path": simd_available(),
+                        "kernel_paths": {a: list(p) for a, p in paths.items()},
+                        "decoding_path": {"float32 x": decoding_path["float32"], "int8 x": decoding_path["int8"]},
                         "perplexity_tokens": len(ids), "perplexity_context": context,
                         "gpt_perplexity_tokens": len(gpt_ids), "gpt_perplexity_context": gpt_ctx},
             "rows": rows, "book_gpt_rows": gpt_rows,

@@ -1,6 +1,7 @@
 """transformer_lib.quantization: block formats against the gguf package's own decoder, the compiled
-kernel against the readable reference (each code path this CPU runs: AVX-512, AVX2, portable), quantize() on a real model, and SmolLM2
-kept as the GGUF's blocks against the dequantized float32 model."""
+kernel against the readable reference (each code path this CPU runs: AVX-512, AVX2, portable),
+quantize() on a real model, and SmolLM2 kept as the GGUF's blocks against the dequantized float32
+model."""
 import importlib.util
 import platform
 import warnings

@@ -23,7 +23,8 @@ from .roofline import decode_ceiling, flops_per_byte
 from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
-           "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec", "matvec_reference",
+           "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec",
+           "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
            "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "QuantizedLlamaDecoder", "decode_step_reference",

@@ -8,24 +8,26 @@ way: :func:`matvec_reference` does exactly that (decode the blocks to a float (N
 ``x @ W^T``) and is the readable definition; :func:`matvec` is the fast path.
 
 ``csrc/matvec.cpp`` makes one pass over the packed blocks: for each block it turns the codes into
-floats in vector registers, multiplies them with x (for up to 8 rows of x at once), scales the
-block's sum by d (and adds m times the block's sum of x for q4_1), and moves on. Rows of W are
-shared out over torch's threads with ``at::parallel_for``. It has three code paths (``path=``):
-``"avx512"`` (16 weights per instruction), ``"avx2"`` (AVX2 + FMA, 8 per instruction: most laptops
-have this and not AVX-512) and ``"portable"`` (plain loops, any CPU). ``"auto"``, the default, takes
-the fastest that this CPU runs (:func:`kernel_paths` lists them), checked when the kernel runs,
-so one build serves every x86-64 CPU. The plain loops are no faster than decoding the weights
-and calling BLAS: without a vector path, int4 decoding would be slower than float32. torch's own
-int8 CPU paths were measured slower than float32 on this machine (DESIGN.md), so the kernel is
-written for the job, as chapter 8's fused window is.
+floats in vector registers, multiplies them with x (for up to 8 rows of x at once; 4 on AVX2),
+scales the block's sum by d (and adds m times the block's sum of x for q4_1), and moves on. Rows
+of W are shared out over torch's threads with ``at::parallel_for``. It has three code paths
+(``path=``): ``"avx512"`` (16 weights per instruction), ``"avx2"`` (AVX2 + FMA, 8 per
+instruction: most laptops have this and not AVX-512) and ``"portable"`` (plain loops, any CPU).
+``"auto"``, the default, takes the fastest that this CPU runs (:func:`kernel_paths` lists them),
+checked when the kernel runs, so one build serves every x86-64 CPU. The plain loops lose to
+decoding the weights and calling BLAS (on an AVX2-only machine, before it had its own path, the
+q4_1 loop took 8.0 ms for the 49,152 x 576 head against 2.6 ms), so without a vector path int4
+decoding is slower than float32. torch's own int8 CPU paths were measured slower than float32 on
+this machine (DESIGN.md), so the kernel is written for the job, as chapter 8's fused window is.
 
 With ``activations="int8"`` x is first quantized the way llama.cpp does it (its Q8_0 blocks:
 int8 codes and one float scale per block of 32 values, :func:`quantize_activations`), so each
-block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction for 32 weights (two on
-AVX2, which has no VNNI), and one float multiply by the two scales. That is fewer instructions per weight than decoding the
-weights to floats; the price is x's own rounding error (half a step of max|x| / 127 per value),
-and the result is then ``quantize_activations(x) @ W^T``, which the reference computes the same
-way. The default, ``"float32"``, leaves x as it is (weight-only quantization).
+block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction for 32 weights
+(two on AVX2, which has no VNNI), and one float multiply by the two scales. That is fewer
+instructions per weight than decoding the weights to floats; the price is x's own rounding error
+(half a step of max|x| / 127 per value), and the result is then ``quantize_activations(x) @ W^T``,
+which the reference computes the same way. The default, ``"float32"``, leaves x as it is
+(weight-only quantization).
 
 The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed (about
 fifteen seconds on two cores; cached under ``~/.cache/torch_extensions``). Where that cannot

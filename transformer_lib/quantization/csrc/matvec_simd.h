@@ -97,7 +97,10 @@ void rows_f32(const float* X, const float* XS, int64_t B, int64_t K, const uint8
   int64_t b = 0;
   for (; b + V::kBatch <= B; b += V::kBatch)
     rows_fixed<V, 1, V::kBatch, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1);
-  if (V::kBatch > 4 && b + 4 <= B) { rows_fixed<V, 1, 4, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1); b += 4; }
+  if (V::kBatch > 4 && b + 4 <= B) {
+    rows_fixed<V, 1, 4, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1);
+    b += 4;
+  }
   if (b + 2 <= B) { rows_fixed<V, 1, 2, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1); b += 2; }
   if (b < B) rows_fixed<V, 4, 1, Q4>(X + b * K, XS + b * G, K, W, gs, O + b * N, N, n0, n1);
 }
