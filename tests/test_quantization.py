@@ -3,6 +3,7 @@ kernel against the readable reference (each code path this CPU runs: AVX-512, AV
 quantize() on a real model, and SmolLM2 kept as the GGUF's blocks against the dequantized float32
 model."""
 import importlib.util
+import os
 import platform
 import warnings
 
@@ -292,6 +293,30 @@ def test_kernel_paths_and_auto(built):
         assert torch.equal(matvec(x, blocks, "q4_1", activations=activations),
                            matvec(x, blocks, "q4_1", activations=activations, path=offered[0]))
     assert simd_available() == ("avx512" in kernel_paths()) and vnni_available() == ("avx512" in kernel_paths("int8"))
+
+
+@pytest.mark.parametrize("cap", ["avx2", "portable"])
+def test_max_path_variable_caps_auto(built, cap):
+    """TLIB_QUANT_MAX_PATH makes the kernel behave as on a CPU without the faster paths: in a fresh
+    process (the compiled code reads it once) kernel_paths drops them and "auto" equals the capped
+    path bit for bit."""
+    import subprocess
+    import sys
+    code = ("import torch; from transformer_lib.quantization import kernels, quantize_blocks\n"
+            "torch.manual_seed(0); w = torch.randn(37, 96); x = torch.randn(3, 96)\n"
+            "b = quantize_blocks(w, 4)\n"
+            "print(kernels.kernel_paths('float32'), kernels.kernel_paths('int8'))\n"
+            f"print(torch.equal(kernels.matvec(x, b, 'q4_1'), kernels.matvec(x, b, 'q4_1', path='{cap}')))\n")
+    env = dict(os.environ, TLIB_QUANT_MAX_PATH=cap)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    paths, same = out.stdout.strip().splitlines()
+    allowed = NAMED_PATHS[NAMED_PATHS.index(cap):]
+    want = tuple(p for p in kernel_paths("float32") if p in allowed), tuple(p for p in kernel_paths("int8") if p in allowed)
+    assert paths == f"{want[0]} {want[1]}" and same == "True"
+    bad = subprocess.run([sys.executable, "-c", "from transformer_lib.quantization import kernels; kernels._ops()"],
+                         env=dict(os.environ, TLIB_QUANT_MAX_PATH="avx3"), capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "TLIB_QUANT_MAX_PATH must be one of" in bad.stderr
 
 
 def test_bad_path_names_itself(built, monkeypatch):

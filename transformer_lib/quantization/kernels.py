@@ -35,6 +35,7 @@ work (no compiler, no ninja) the first call warns once and :func:`matvec` uses t
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -58,8 +59,17 @@ _STATE: dict = {"ops": None, "error": None}
 _CFLAGS = ["-O3", "-fopenmp"]
 
 
+# TLIB_QUANT_MAX_PATH=avx2 (or portable) makes the kernel run as if this CPU had no faster path
+# (read once by the compiled code, like ATen's ATEN_CPU_CAPABILITY): on an AVX-512 machine it shows
+# what an AVX2-only laptop gets (benchmarks/quantized.py --max-path).
+MAX_PATH_VARIABLE = "TLIB_QUANT_MAX_PATH"
+
+
 def _ops():
     """Build (once) and return ``torch.ops.tlib_quant``; raise RuntimeError with the reason if it cannot be."""
+    cap = os.environ.get(MAX_PATH_VARIABLE, "")
+    if cap not in ("", *PATHS[1:]):
+        raise ValueError(f"{MAX_PATH_VARIABLE} must be one of {PATHS[1:]} or unset, got {cap!r}")
     return build_ops(_STATE, "ops", name="tlib_quant_matvec", source=_SOURCE, cflags=_CFLAGS, namespace="tlib_quant",
                      kernel="quantized matrix-vector kernel", fallback="dequantize-then-matmul")
 

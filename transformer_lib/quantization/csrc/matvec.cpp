@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -240,7 +241,19 @@ void rows_q8x_portable(const int8_t* QX, const float* DX, const float* SX, int64
 // and raises ValueError; these checks are the backstop.
 enum class Path { kPortable, kAvx2, kAvx512 };
 
+// TLIB_QUANT_MAX_PATH=avx2 (or portable) caps the paths as if the CPU had no faster one, like
+// ATen's ATEN_CPU_CAPABILITY: an AVX-512 machine then shows what an AVX2-only laptop gets.
+Path max_path() {
+  static const Path cap = [] {
+    const char* v = std::getenv("TLIB_QUANT_MAX_PATH");
+    const std::string s = v ? v : "";
+    return s == "portable" ? Path::kPortable : s == "avx2" ? Path::kAvx2 : Path::kAvx512;
+  }();
+  return cap;
+}
+
 bool cpu_runs(Path p, bool int8_x) {
+  if (static_cast<int>(p) > static_cast<int>(max_path())) return false;
 #ifdef TLIB_X86
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
