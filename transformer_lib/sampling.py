@@ -149,9 +149,8 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
              context: int | None = None) -> torch.Tensor:
     """Extend every row of ``tokens`` (B, L) by up to ``max_new_tokens``: returns (B, L + n).
 
-    The one generation loop of the library. With ``use_cache`` the prompt is run once (prefill) and
-    each later step feeds only the newest token; without it every step re-runs the whole sequence
-    (same tokens, more work). A row that has produced ``eos_id`` keeps producing it, and the loop
+    With ``use_cache`` the prompt is run once (prefill) and each later step feeds only the newest
+    token; without it every step re-runs the whole sequence (same tokens, more work). A row that has produced ``eos_id`` keeps producing it, and the loop
     stops once every row has. ``context`` feeds the model only the last ``context`` tokens: once the
     sequence is longer, the cache is dropped, because a sliding window shifts every position (a
     cached key was computed at its old position). ``repetition_penalty`` looks at each row's own
@@ -168,24 +167,35 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
         raise ValueError("tokens must hold at least one token per row (the prompt)")
     tokens = tokens.to(_device(model))
     gen = _generator(seed, generator, tokens.device)
-    cache = model.new_cache() if use_cache else None
-    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)  # (B,) rows past EOS
-    feed = tokens  # what the next forward pass sees
-    for _ in range(max_new_tokens):
-        if context is not None and (0 if cache is None else cache.length) + feed.shape[1] > context:
-            cache, feed = None, tokens[:, -context:]  # the window slides: recompute it whole
-        logits = model(feed, cache=cache)[:, -1].float()  # (B, V)
+
+    def pick(logits, tokens):  # logits (B, V), tokens (B, L) -> (B,)
         if repetition_penalty != 1:
             logits = torch.stack([apply_repetition_penalty(row, seen, repetition_penalty)
                                   for row, seen in zip(logits, tokens)])  # each row's own history
-        token = sample_next(logits, temperature, top_k, top_p, gen)  # (B,)
+        return sample_next(logits, temperature, top_k, top_p, gen)
+
+    cache = model.new_cache() if use_cache else None
+    return _decode(model, tokens, max_new_tokens, pick, eos_id, cache, context=context)
+
+
+def _decode(model, tokens: torch.Tensor, max_new_tokens: int, pick, eos_id, cache, logits=None, context=None):
+    """The loop of :func:`generate` and :func:`generate_each`: ``pick(logits (B, V), tokens (B, L))``
+    chooses each step's tokens (B,); ``logits`` given = the prompt was already run (prefill)."""
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)  # (B,) rows past EOS
+    feed = tokens  # what the next forward pass sees
+    for _ in range(max_new_tokens):
+        if logits is None:
+            if context is not None and (0 if cache is None else cache.length) + feed.shape[1] > context:
+                cache, feed = None, tokens[:, -context:]  # the window slides: recompute it whole
+            logits = model(feed, cache=cache)[:, -1].float()  # (B, V)
+        token = pick(logits, tokens)  # (B,)
         if eos_id is not None:
             token = token.masked_fill(done, eos_id)
             done = done | (token == eos_id)
         tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, L + 1)
         if bool(done.all()):
             break
-        feed = tokens[:, -1:] if cache is not None else tokens
+        feed, logits = (tokens[:, -1:] if cache is not None else tokens), None
     return tokens
 
 
@@ -244,22 +254,14 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
     tokens = prompt[None].repeat(len(strategies), 1)  # (B, L): one row per strategy
     gens = [_generator(s.get("seed"), None, device) for s in strategies]
     cache, logits = _prefill_once(model, prompt, len(strategies)) if use_cache else (None, None)
-    done = torch.zeros(len(strategies), dtype=torch.bool, device=device)  # (B,) rows past EOS
-    feed = tokens
-    for _ in range(max_new_tokens):
-        if logits is None:
-            logits = model(feed, cache=cache)[:, -1].float()  # (B, V): one pass for every row
-        token = torch.stack([
+
+    def pick(logits, tokens):  # row i its own strategy and generator -> (B,)
+        return torch.stack([
             sample_next(apply_repetition_penalty(row, seen, s["repetition_penalty"]), s["temperature"],
                         s.get("top_k"), s.get("top_p"), gen)
-            for row, seen, s, gen in zip(logits, tokens, strategies, gens)])  # (B,) each its own way
-        if eos_id is not None:
-            token = token.masked_fill(done, eos_id)
-            done = done | (token == eos_id)
-        tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, L + 1)
-        if bool(done.all()):
-            break
-        feed, logits = (tokens[:, -1:] if cache is not None else tokens), None
+            for row, seen, s, gen in zip(logits, tokens, strategies, gens)])
+
+    tokens = _decode(model, tokens, max_new_tokens, pick, eos_id, cache, logits)
     new = tokens[:, prompt.numel():].tolist()
     return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in new]
 
