@@ -55,43 +55,38 @@ inline float half_at(const uint8_t* p) {  // a little-endian float16 at p, as fl
 }
 
 // ---- portable path: plain loops, any group size --------------------------------------------
-void q8_0_rows_portable(const float* X, int64_t B, int64_t K, const uint8_t* W, int64_t gs, float* O,
-                        int64_t N, int64_t n0, int64_t n1) {
-  const int64_t G = K / gs, bpb = 2 + gs;  // blocks per row, bytes per block
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = W + n * G * bpb;
-    for (int64_t b = 0; b < B; ++b) {
-      const float* x = X + b * K;
-      float total = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        const uint8_t* blk = row + g * bpb;
-        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
-        float acc = 0.0f;
-        for (int64_t j = 0; j < gs; ++j) acc += static_cast<float>(q[j]) * x[g * gs + j];
-        total += half_at(blk) * acc;
-      }
-      O[b * N + n] = total;
-    }
+// One block's share of a row's dot product with x; xsum (q4_1 only) is the sum of x over the block.
+struct Q8Block {  // [d: f16][q: gs x int8]: d * sum q x
+  static int64_t bytes(int64_t gs) { return 2 + gs; }
+  static float dot(const uint8_t* blk, const float* xg, int64_t gs, float) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+    float acc = 0.0f;
+    for (int64_t j = 0; j < gs; ++j) acc += static_cast<float>(q[j]) * xg[j];
+    return half_at(blk) * acc;
   }
-}
+};
 
-void q4_1_rows_portable(const float* X, const float* XS, int64_t B, int64_t K, const uint8_t* W, int64_t gs,
-                        float* O, int64_t N, int64_t n0, int64_t n1) {
-  const int64_t G = K / gs, half = gs / 2, bpb = 4 + half;
+struct Q41Block {  // [d: f16][m: f16][gs / 2 bytes: low nibbles first half, high second]
+  static int64_t bytes(int64_t gs) { return 4 + gs / 2; }
+  static float dot(const uint8_t* blk, const float* xg, int64_t gs, float xsum) {
+    const uint8_t* qs = blk + 4;
+    const int64_t half = gs / 2;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < half; ++j)
+      acc += static_cast<float>(qs[j] & 15) * xg[j] + static_cast<float>(qs[j] >> 4) * xg[j + half];
+    return half_at(blk) * acc + half_at(blk + 2) * xsum;  // d * sum q x + m * sum x
+  }
+};
+
+template <class Block>
+void rows_portable(const float* X, const float* XS, int64_t B, int64_t K, const uint8_t* W, int64_t gs, float* O,
+                   int64_t N, int64_t n0, int64_t n1) {
+  const int64_t G = K / gs, bpb = Block::bytes(gs);  // blocks per row, bytes per block
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = W + n * G * bpb;
     for (int64_t b = 0; b < B; ++b) {
-      const float* x = X + b * K;
       float total = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        const uint8_t* blk = row + g * bpb;
-        const uint8_t* qs = blk + 4;
-        const float* xg = x + g * gs;
-        float acc = 0.0f;
-        for (int64_t j = 0; j < half; ++j)
-          acc += static_cast<float>(qs[j] & 15) * xg[j] + static_cast<float>(qs[j] >> 4) * xg[j + half];
-        total += half_at(blk) * acc + half_at(blk + 2) * XS[b * G + g];  // d * sum q x + m * sum x
-      }
+      for (int64_t g = 0; g < G; ++g) total += Block::dot(row + g * bpb, X + b * K + g * gs, gs, XS[b * G + g]);
       O[b * N + n] = total;
     }
   }
@@ -331,8 +326,8 @@ void matvec_f32(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
     if (p == Path::kAvx512) return avx512::rows_f32<avx512::V, Q4>(X, XS, B, K, W, gs, O, N, n0, n1);
     if (p == Path::kAvx2) return avx2::rows_f32<avx2::V, Q4>(X, XS, B, K, W, gs, O, N, n0, n1);
 #endif
-    if (Q4) q4_1_rows_portable(X, XS, B, K, W, gs, O, N, n0, n1);
-    else q8_0_rows_portable(X, B, K, W, gs, O, N, n0, n1);
+    if (Q4) rows_portable<Q41Block>(X, XS, B, K, W, gs, O, N, n0, n1);
+    else rows_portable<Q8Block>(X, XS, B, K, W, gs, O, N, n0, n1);
   });
 }
 
