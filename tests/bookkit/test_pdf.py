@@ -56,9 +56,22 @@ def chapter_titles() -> list[str]:
 @pytest.fixture(scope="module")
 def pdf():
     from bookkit.pdf import ensure_pdf
-    reader = pypdf.PdfReader(str(ensure_pdf()))
-    texts = [page.extract_text() for page in reader.pages]
-    return reader, texts
+    path = ensure_pdf()
+    reader = pypdf.PdfReader(str(path))
+    return reader, page_texts(path, reader)
+
+
+def page_texts(path, reader) -> list[str]:
+    """Each page's text: poppler's pdftotext where it is installed (`make browser-deps`), about
+    2 CPU-s for the whole book where pypdf's extract_text takes about 50."""
+    import shutil
+    import subprocess
+    if shutil.which("pdftotext") is None:
+        return [page.extract_text() for page in reader.pages]
+    out = subprocess.run(["pdftotext", "-enc", "UTF-8", str(path), "-"], capture_output=True, text=True, check=True)
+    texts = out.stdout.split("\f")[:len(reader.pages)]  # a form feed ends each page
+    assert len(texts) == len(reader.pages), f"pdftotext gave {len(texts)} pages for {len(reader.pages)}"
+    return texts
 
 
 def top_level_sections(reader) -> list[tuple[str, int]]:
