@@ -62,13 +62,14 @@ def pdf():
 
 
 def page_texts(path, reader) -> list[str]:
-    """Each page's text: poppler's pdftotext where it is installed (`make browser-deps`), about
-    2 CPU-s for the whole book where pypdf's extract_text takes about 50."""
+    """Each page's text in the order it was drawn: poppler's ``pdftotext -raw`` where it is
+    installed (`make browser-deps`), about 2 CPU-s for the whole book where pypdf's extract_text
+    takes about 50 (its default reading order splits a wrapped code line; -raw keeps it whole)."""
     import shutil
     import subprocess
     if shutil.which("pdftotext") is None:
         return [page.extract_text() for page in reader.pages]
-    out = subprocess.run(["pdftotext", "-enc", "UTF-8", str(path), "-"], capture_output=True, text=True, check=True)
+    out = subprocess.run(["pdftotext", "-raw", "-enc", "UTF-8", str(path), "-"], capture_output=True, text=True, check=True)
     texts = out.stdout.split("\f")[:len(reader.pages)]  # a form feed ends each page
     assert len(texts) == len(reader.pages), f"pdftotext gave {len(texts)} pages for {len(reader.pages)}"
     return texts
