@@ -703,7 +703,9 @@ def write_figures(hub) -> None:
         "machine": {"cpu_cores": os.cpu_count(), "load_avg_1min": round(os.getloadavg()[0], 2),
                     "mem_total_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)},
         "note": "two students concurrently (login, spawn, fetch through ngshare, run chapter 0, submit) over "
-                "HTTPS; RSS sums every process of the student's Unix user; OMP_NUM_THREADS=1 per kernel",
+                "HTTPS, the idle tlhubstu3 logging in and spawning beside them (three spawns at once); the "
+                "instructor's spawn is the one alone; RSS sums every process of the student's Unix user; "
+                "OMP_NUM_THREADS=1 per kernel",
     }
     print("\n" + json.dumps(figures, indent=1))
     if os.environ.get("TLIB_HUB_RESULTS"):  # benchmarks/hub.py: a measurement run, not a test run
