@@ -657,8 +657,10 @@ def test_the_idle_culler_stops_an_idle_server(hub):
              "the culler to stop the idle server", max(deadline, 30), every=1)
     assert not user_pids(pwd.getpwnam(IDLE_STUDENT).pw_uid)
     # the culler's own line in the hub's log: it stopped the server for being idle, not earlier
-    culled = re.findall(rf"Culling server {IDLE_STUDENT} \(inactive for (\d+):(\d+):(\d+)\)",
-                        (hub["base"] / "hub.log").read_text())
+    log = (hub["base"] / "hub.log").read_text()
+    culled = re.findall(rf"Culling server {IDLE_STUDENT} \(inactive for (\d+):(\d+):(\d+)\)", log)
+    # COURSE_CULL_USERS: the culler saw no other server (idle ones included) and stopped none
+    assert set(re.findall(r"Culling server (\S+) ", log)) <= {IDLE_STUDENT}, re.findall(r"Culling server .*", log)
     assert culled, "the server went away, but not through the idle culler"
     h, m, sec = map(int, culled[0])
     assert 3600 * h + 60 * m + sec >= CULL_TIMEOUT_S, culled
