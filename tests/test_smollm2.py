@@ -4,7 +4,7 @@ Reference: ``transformers`` reading the same GGUF file (checked with transformer
 accelerate 1.15.0, tokenizers 0.23.3, gguf 0.19.0, torch 2.13.0 CPU). transformers is used here
 only, like sentence-transformers for MiniLM; the library never imports it.
 """
-import contextlib
+import functools
 import importlib.util
 from unittest import mock
 
@@ -38,32 +38,17 @@ STRINGS = [
 
 @pytest.fixture(scope="module")
 def one_gguf_reader():
-    """A context in which transformers opens the GGUF once. It parses the file's header (49,152
-    tokens and their merges, one field at a time: ~6 s) for the tokenizer, again for the config and
-    again for the weights, and rebuilds gguf's tensor-name table for each of the model's 397
-    modules (~7 s). The reader only memory-maps the file read-only and the table depends on the
-    architecture and layer count alone, so the reference loads share one of each: the same
-    numbers, a third of the time."""
+    """A context in which the GGUF is parsed once. Its header (49,152 tokens and their merges, read
+    one field at a time: seconds) was parsed for our tokenizer, our model, and by transformers for
+    its tokenizer, its config and its weights; transformers also rebuilds gguf's tensor-name table
+    for each of the model's 397 modules. The reader only memory-maps the file read-only and the
+    table depends on the architecture and layer count alone, so every load shares one of each: the
+    same numbers in a fraction of the time. (Both sides read the file through this gguf package
+    anyway; what they compare is what each does with its tensors and fields.)"""
     gguf = pytest.importorskip("gguf")
-    readers, tables = {}, {}
-    real_reader, real_table = gguf.GGUFReader, gguf.get_tensor_name_map
-
-    def reader(path, mode="r"):
-        key = (str(path), mode)
-        if key not in readers:
-            readers[key] = real_reader(path, mode)
-        return readers[key]
-
-    def table(arch, n_blocks):
-        if (arch, n_blocks) not in tables:
-            tables[arch, n_blocks] = real_table(arch, n_blocks)
-        return tables[arch, n_blocks]
-
-    @contextlib.contextmanager
-    def once():
-        with mock.patch.object(gguf, "GGUFReader", reader), mock.patch.object(gguf, "get_tensor_name_map", table):
-            yield
-    return once
+    reader = functools.lru_cache(maxsize=None)(gguf.GGUFReader)
+    table = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
+    return lambda: mock.patch.multiple(gguf, GGUFReader=reader, get_tensor_name_map=table)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +61,9 @@ def reference_tokenizer(one_gguf_reader):
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return load_smollm2_tokenizer()
+def tokenizer(one_gguf_reader):
+    with one_gguf_reader():
+        return load_smollm2_tokenizer()
 
 
 def test_tokenizer_ids_equal_reference(tokenizer, reference_tokenizer):
@@ -109,8 +95,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return load_smollm2("cpu")
+def lm(one_gguf_reader):
+    with one_gguf_reader():
+        return load_smollm2("cpu")
 
 
 @pytest.fixture(scope="module")
