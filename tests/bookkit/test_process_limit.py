@@ -5,8 +5,9 @@ real ``pids.max``: a hierarchy that is not here is skipped with the reason, neve
 logic on a fake tree is in test_grading_limits.py).
 
 A machine binds each controller to one hierarchy: CI's (v1, its pids controller bound there)
-runs the v1 case; a current distribution's (unified v2) runs the v2 case. Both were run on one
-machine by moving ``pids`` from v1 to v2 by hand (see the CHANGELOG entry of this file).
+runs the v1 case; a current distribution's (unified v2) runs the v2 case. Moving ``pids`` to v2
+on the build machine was tried and is not possible there: unmounting v1's hierarchy in this
+container leaves it alive in the host's mount namespace, so cgroup2 never gains the controller.
 """
 from __future__ import annotations
 
