@@ -253,7 +253,7 @@ def failer(rank: int, world_size: int) -> None:
 def test_launch_is_bounded_and_reports_failures():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within"):
-        tld.launch(sleeper, 2, 600.0, timeout=3)
+        tld.launch(sleeper, 2, 600.0, timeout=1)  # the ranks sleep for 10 minutes: only the bound stops them
     assert time.monotonic() - start < 30
     with pytest.raises(RuntimeError, match="(?s)^rank 1 of 2 failed.*rank one fails on purpose"):
         tld.launch(failer, 2, timeout=30)
@@ -289,10 +289,11 @@ def test_torchrun_entry_point(tmp_path, reference, strategy, nproc):
 
 
 def test_torchrun_bad_global_batch(tmp_path):
-    run = _torchrun(3, "--strategy", "ddp", "--steps", "2", "--global-batch", "8", "--save", str(tmp_path / "m.pt"),
+    """Two ranks (the fewest that can disagree with a batch), each a fresh Python importing torch."""
+    run = _torchrun(2, "--strategy", "ddp", "--steps", "2", "--global-batch", "3", "--save", str(tmp_path / "m.pt"),
                     timeout=60)
     assert run.returncode != 0
-    assert "global_batch must be divisible by the number of processes: 8 rows do not split evenly over 3 ranks" \
+    assert "global_batch must be divisible by the number of processes: 3 rows do not split evenly over 2 ranks" \
         in run.stderr
     assert not (tmp_path / "m.pt").exists()
 
