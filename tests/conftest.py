@@ -56,15 +56,16 @@ SHARED_FOLDERS = {
 # process idles. A group missing here is expected to take DEFAULT_SECONDS (see expected_seconds).
 # Until a run's summary has been copied here, estimates: the course 212 s (quiet machine, 2026-12-02;
 # more under CI's load), the hub 80-110 s and the fork bomb 40-45 s after their waits were cut; the
-# book group guessed (its PDF fixture took 169 s, its build and
+# library files from one-process runs with empty kernel and compile caches (test_sparse compiles flex
+# attention three times); the book group guessed (its PDF fixture took 169 s, its build and
 # browser pages were not timed apart); chapters 17, 23 and 24 their nbval CPU seconds (the whole
-# pytest process, 2026-12-02: 45, 41, 39); the browser and sandbox groups at a minute (Chromium or a fork bomb each); the order of
+# pytest process, 2026-12-02: 45, 41, 39); the browser groups at a minute (Chromium); the order of
 # the earlier LONGEST_FIRST list for the rest.
 GROUP_SECONDS = {
-    "book/_build": 600, "test_course": 250, "test_hub": 110, "17-generating-text.ipynb": 45,
-    "test_smollm2": 100, "test_distributed": 90, "test_quantization": 90, "24-circuits.ipynb": 40,
-    "test_exercises_answers": 80, "test_sparse_tiles": 70, "test_sparse": 60, "23-induction-heads.ipynb": 41,
-    "test_explainer": 60, "test_slides": 60, "test_lab": 60, "test_grading_limits": 45,
+    "book/_build": 600, "test_course": 250, "test_hub": 110, "test_distributed": 60, "test_sparse": 60,
+    "17-generating-text.ipynb": 45, "test_grading_limits": 45, "23-induction-heads.ipynb": 41,
+    "test_smollm2": 40, "test_quantization": 40, "24-circuits.ipynb": 40, "test_explainer": 60,
+    "test_slides": 60, "test_lab": 60, "test_sparse_tiles": 25,
 }
 DEFAULT_SECONDS = 20
 
