@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..device import get_device
-from ..pretrained.gguf import bpe_tokenizer_from_gguf, read_gguf_metadata
+from ..pretrained.gguf import _metadata, _reader, bpe_tokenizer_from_gguf
 from ..pretrained.llama import LlamaConfig, llama_state_from_gguf
 from ..pretrained.smollm2 import SmolLM2, smollm2_gguf_path
 from .._checks.quantization import check_activations
@@ -37,13 +37,12 @@ def read_gguf_blocks(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
     """Every tensor of a GGUF file undecoded: ``(tensors, formats)``. A Q4_1 / Q8_0 tensor is its
     raw blocks, uint8 (rows, bytes per row); an F32 tensor is float32; ``formats`` names each
     tensor's block format ('q4_1', 'q8_0' or 'f32'). Other block types raise a ValueError."""
-    import gguf
+    return _blocks(_reader(path))
 
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"expected a .gguf file, got {path} (no such file)")
+
+def _blocks(reader) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     tensors, formats = {}, {}
-    for t in gguf.GGUFReader(str(path)).tensors:
+    for t in reader.tensors:
         kind = t.tensor_type.name
         if kind == "F32":
             rows = [int(n) for n in reversed(t.shape)]  # GGUF lists dimensions fastest first
@@ -73,9 +72,10 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
     ``activations="int8"`` gives the layers llama.cpp's int8 activations (:class:`~.modules.QuantizedLinear`)."""
     check_activations(activations)
     path = smollm2_gguf_path() if path is None else Path(path)
-    meta = read_gguf_metadata(path)
+    reader = _reader(path)  # one parse of the file for its metadata and its blocks (each takes seconds)
+    meta = _metadata(reader, include_tokenizer=True)
     cfg = LlamaConfig.from_gguf(meta)
-    raw, _ = read_gguf_blocks(path)
+    raw, _ = _blocks(reader)
     state = llama_state_from_gguf(raw, cfg)  # GGUF names -> the module's names, W^Q / W^K rows un-permuted
     with torch.device("meta"):  # no random initialization: every weight comes from the file
         model = QuantizedLlamaDecoder(cfg)  # a LlamaDecoder with the fused one-token step
