@@ -6,6 +6,9 @@ block loop ``sparse.sliding_window_reference`` (itself held equal to the first).
 kernels reorder float32 sums over at most ~100 keys of O(1) terms, so differences stay near
 1e-6; 1e-5 leaves room without hiding a wrong key (which moves outputs by ~1e-1).
 """
+import os
+import subprocess
+import sys
 import warnings
 from unittest import mock
 
@@ -349,6 +352,31 @@ def test_flex_kernel_equals_dense_reference(flex_ok):
             warnings.simplefilter("error")  # a silent fallback would not test flex
             out = sp.sliding_window_attention(q, k, v, w, causal, key_mask=km, kernel="flex")
         _close(out, ref)
+
+
+_FLEX_VS_REFERENCE = """
+import torch, transformer_lib.sparse as sp
+g = torch.Generator().manual_seed(7)
+q, k, v = (torch.randn(2, 2, 300, 16, generator=g) for _ in range(3))
+out = sp.sliding_window_attention(q, k, v, 64, True, kernel="flex")
+print(float((out - sp.sliding_window_reference(q, k, v, 64, True)).abs().max()))
+"""
+
+
+@pytest.mark.skipif("avx2" not in (open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""),
+                    reason="ATEN_CPU_CAPABILITY=avx2 needs an x86-64 CPU with AVX2")
+def test_flex_is_right_after_a_compile_under_another_cpu_capability(flex_ok, tmp_path):
+    """torch 2.13's inductor cache ignores ATEN_CPU_CAPABILITY: flex compiled in an unpinned
+    process and reused in an avx2-pinned one (make test after a notebook) was off by 1.1, so the
+    library keeps one cache folder per capability. Two fresh processes share one default cache
+    folder (TMPDIR); each must equal the readable reference (float32 rounding: 1e-5)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    env["TMPDIR"] = str(tmp_path)
+    for pin in ({}, {"ATEN_CPU_CAPABILITY": "avx2"}, {}):
+        run = subprocess.run([sys.executable, "-c", _FLEX_VS_REFERENCE], env={**env, **pin},
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert float(run.stdout.split()[-1]) < 1e-5, (pin, run.stdout, run.stderr[-2000:])
 
 
 def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):

@@ -10,10 +10,16 @@ caches the layout. Tiles are 64 x 64 on a CPU, 128 x 128 (torch's default) elsew
 Compiling takes 10-40 s the first time on a CPU, so the flex kernel is opt-in. If
 ``torch.compile``, a C compiler or the device cannot run it, the first call warns once and
 returns None, and :func:`~.window.sliding_window_attention` falls back to the blocked kernel.
+
+Where ``ATEN_CPU_CAPABILITY`` is set (``make test`` and ``make chapters`` set it to ``avx2``), the
+compiled kernels are cached in a folder of their own (:func:`_cache_per_capability`): torch 2.13's
+inductor reused a kernel compiled under another setting and computed wrong attention.
 """
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 import warnings
 
 import torch
@@ -100,8 +106,26 @@ def _cached_block_mask(L: int, half: int, causal: bool, device: str):
     return _window_block_mask(L, half, causal, None, torch.device(device), _flex_block_size(device))
 
 
+def _cache_per_capability() -> None:
+    """Give each ``ATEN_CPU_CAPABILITY`` its own inductor cache folder, unless the user chose one.
+    torch 2.13's cache key leaves the variable out: a flex kernel compiled without it and reused
+    under ``avx2`` (or the other way round) computed attention off by 1 to 4 on chapter 8's test
+    shapes (found when ``make test``, which pins avx2, ran after an unpinned run)."""
+    cap = os.environ.get("ATEN_CPU_CAPABILITY")
+    default = os.path.join(tempfile.gettempdir(), f"torchinductor_{os.environ.get('USER') or os.getuid()}")
+    try:  # inductor's own default, where this torch has it
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        default = default_cache_dir()
+    except ImportError:
+        pass
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cap and (chosen is None or os.path.abspath(chosen) == os.path.abspath(default)):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}_{cap}"
+
+
 def _compiled_flex():
     if _FLEX_STATE["compiled"] is None:
+        _cache_per_capability()
         from torch.nn.attention.flex_attention import flex_attention
         # dynamic=False: one kernel per shape, the fastest code; the window lives in tensors
         _FLEX_STATE["compiled"] = torch.compile(flex_attention, dynamic=False)
