@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import transformer_lib as tl
 from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
@@ -343,6 +343,8 @@ def test_generation_bad_input_names_the_argument(tiny, call, error, name):
        temperature=st.floats(0.05, 5.0), top_k=st.one_of(st.none(), st.integers(1, 40)),
        top_p=st.one_of(st.none(), st.floats(0.01, 1.0)), penalty=st.floats(0.5, 3.0),
        seen=st.lists(st.integers(0, 29), max_size=4))
+# all tied (found by CI's hypothesis run): an unstable sort put token 0, argmax's pick, past the cut
+@example(logits=torch.zeros(17), temperature=1.0, top_k=None, top_p=0.5, penalty=1.0, seen=[])
 def test_every_strategy_gives_a_distribution_over_kept_tokens(logits, temperature, top_k, top_p, penalty, seen):
     seen = [s for s in seen if s < logits.numel()]
     probs = next_token_probs(logits, temperature, top_k, top_p, penalty, seen)

@@ -16,12 +16,12 @@ distribution. A decoding strategy turns that into one token:
 
 Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, V).
 :func:`generate` runs a decoder token by token on a batch, with or without its KV cache
-(:mod:`transformer_lib.kv_cache`); :func:`generate_ids` is the same loop for one prompt given as
-a list of ids; :func:`generate_each` decodes one prompt with several strategies in one batch;
-:func:`continuation_log_probs` scores continuations in one forward pass; :func:`beam_search` reorders the cache as beams survive. They drive every decoder of
-the library (``DecoderOnlyLM``, SmolLM2's ``LlamaDecoder``, ``Seq2SeqTransformer.conditioned_on``)
-through one protocol: ``model(tokens (B, L), cache=None) -> logits (B, L, V)`` and
-``model.new_cache() -> KVCache``.
+(:mod:`transformer_lib.kv_cache`); :func:`generate_ids` is the same loop for one prompt (a list of
+ids), :func:`generate_each` for one prompt under several strategies in one batch;
+:func:`continuation_log_probs` scores continuations in one pass; :func:`beam_search` reorders the
+cache as beams survive. They drive every decoder (``DecoderOnlyLM``, SmolLM2's ``LlamaDecoder``,
+``Seq2SeqTransformer.conditioned_on``) through one protocol: ``model(tokens (B, L), cache=None) ->
+logits (B, L, V)`` and ``model.new_cache() -> KVCache``.
 """
 from __future__ import annotations
 
@@ -57,15 +57,15 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
 def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens with total probability >= p, others -> -inf.
 
-    Sort descending; token i (in sorted order) is kept when the mass *before* it is < p, so the
-    kept prefix is the shortest one whose mass reaches p (the top token is always kept). The
-    running sum is taken in float64: in float32 it saturates below 1 after a few thousand small
-    probabilities, and p = 1 would then drop tokens; p = 1 keeps every token by definition."""
+    Sort descending (among ties the lower id first, as argmax); token i in sorted order is kept
+    when the mass *before* it is < p: the shortest prefix whose mass reaches p (the top token
+    always). The running sum is taken in float64: in float32 it saturates below 1 after a few
+    thousand small probabilities, and p = 1 would then drop tokens; p = 1 keeps every token."""
     check_logits(logits)
     check_real("top_p", p, 0, 1, low_open=True)
     if p == 1:
         return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # (..., V); ties: lower id first
     probs = sorted_logits.double().softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs  # (..., V): mass of the tokens ranked above
     keep_sorted = mass_before < p
@@ -150,12 +150,11 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
     """Extend every row of ``tokens`` (B, L) by up to ``max_new_tokens``: returns (B, L + n).
 
     With ``use_cache`` the prompt is run once (prefill) and each later step feeds only the newest
-    token; without it every step re-runs the whole sequence (same tokens, more work). A row that has produced ``eos_id`` keeps producing it, and the loop
-    stops once every row has. ``context`` feeds the model only the last ``context`` tokens: once the
-    sequence is longer, the cache is dropped, because a sliding window shifts every position (a
-    cached key was computed at its old position). ``repetition_penalty`` looks at each row's own
-    tokens, prompt included.
-    """
+    token; without it every step re-runs the whole sequence (same tokens, more work). A row that
+    has produced ``eos_id`` keeps producing it, and the loop stops once every row has. ``context``
+    feeds the model only the last ``context`` tokens: once the sequence is longer, the cache is
+    dropped, because a sliding window shifts every position (a cached key was computed at its old
+    position). ``repetition_penalty`` looks at each row's own tokens, prompt included."""
     check_token_ids(tokens, torch.iinfo(torch.long).max)
     check_int("max_new_tokens", max_new_tokens, 0)
     _check_strategy(temperature, top_k, top_p, repetition_penalty)  # before any forward pass
