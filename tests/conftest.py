@@ -54,18 +54,14 @@ SHARED_FOLDERS = {
 # still waiting to whichever process is free first (longest processing time first, within 4/3 of
 # the best split when the estimates are right), so that no long group starts last while the other
 # process idles. A group missing here is expected to take DEFAULT_SECONDS (see expected_seconds).
-# Until a run's summary has been copied here, estimates: the course 212 s (quiet machine, 2026-12-02;
-# more under CI's load), the hub 80-110 s and the fork bomb 40-45 s after their waits were cut; the
-# library files from one-process runs with empty kernel and compile caches (test_sparse compiles flex
-# attention three times); the book group guessed (its PDF fixture took 169 s, its build and
-# browser pages were not timed apart); chapters 17, 23 and 24 their nbval CPU seconds (the whole
-# pytest process, 2026-12-02: 45, 41, 39); the browser groups at a minute (Chromium); the order of
-# the earlier LONGEST_FIRST list for the rest.
+# From the summary of a fresh-clone `CI=true bash .ci/run` (2026-12-02, AMD EPYC, 2 cores; pytest
+# 1046 s, the two processes 1013 and 1019 s), rounded; groups of about 20 s or less take the default.
 GROUP_SECONDS = {
-    "book/_build": 600, "test_course": 250, "test_hub": 110, "test_distributed": 60, "test_sparse": 60,
-    "17-generating-text.ipynb": 45, "test_grading_limits": 45, "23-induction-heads.ipynb": 41,
-    "test_smollm2": 40, "test_quantization": 40, "24-circuits.ipynb": 40, "test_explainer": 60,
-    "test_slides": 60, "test_lab": 60, "test_sparse_tiles": 25,
+    "book/_build": 700, "test_course": 240, "test_hub": 150, "test_sparse": 90, "test_slides": 60,
+    "test_distributed": 60, "test_explainer": 50, "17-generating-text.ipynb": 35,
+    "05-positional-encoding.ipynb": 33, "test_quantization": 32, "test_grading_limits": 30,
+    "16-training-a-gpt.ipynb": 27, "23-induction-heads.ipynb": 27, "A-random-forests.ipynb": 26,
+    "24-circuits.ipynb": 25, "18-distributed-training.ipynb": 25, "test_lab": 22,
 }
 DEFAULT_SECONDS = 20
 
