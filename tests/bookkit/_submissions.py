@@ -1,6 +1,15 @@
 """Helpers the grading tests share to build students' submissions."""
 from __future__ import annotations
 
+# 200 forks asked for, each child asleep 5 s so that the granted ones stay counted; the parent
+# prints how many it got and how many were refused, then kills and reaps them all
+BOUNDED_FORKS = ("import os, sys, time\nkids, refused = [], 0\n"
+                 "for _ in range(200):\n    try:\n        pid = os.fork()\n"
+                 "    except OSError:\n"
+                 "        refused += 1\n        continue\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+                 "    kids.append(pid)\nprint(len(kids), refused, flush=True)\n"
+                 "for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)\n")
+
 
 def without_demonstrations(nb):
     """``nb`` with the chapter's demonstration cells deleted, as a student may delete them (they

@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("nbgrader")
 from nbgrader.api import Gradebook  # noqa: E402
 
-from _submissions import without_demonstrations  # noqa: E402
+from _submissions import BOUNDED_FORKS, without_demonstrations  # noqa: E402
 from bookkit import course, grading, process_limit  # noqa: E402
 from bookkit.conventions import CHAPTERS  # noqa: E402
 
@@ -45,12 +45,7 @@ MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\n", re.M)
 FORK_BOMB = (f"import os, time\n_end, _refused = time.time() + {BOMB_SECONDS}, 0\n"
              f"while time.time() < _end and _refused < {REFUSALS}:\n    try:\n        os.fork()\n"
              "    except OSError:\n        _refused += 1\n")
-BOUNDED_FORKS = ("import os, sys, time\nkids, refused = [], 0\n"
-                 "for _ in range(200):\n    try:\n        pid = os.fork()\n"
-                 "    except OSError:\n"
-                 "        refused += 1\n        continue\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
-                 "    kids.append(pid)\nprint(len(kids), refused, flush=True)\n"
-                 "for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)\n")
+
 
 requires_cap = pytest.mark.skipif(
     not grading.bwrap_available() or (os.geteuid() == 0 and process_limit.pids_root() is None),

@@ -18,17 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from _submissions import BOUNDED_FORKS
 from bookkit import process_limit
 
 CAP = 16
-# forks until 200 were asked for; each child sleeps so that the granted ones stay counted, and
-# the parent kills and reaps them all before it prints
-FORKS = ("import os, time\nkids, refused = [], 0\n"
-         "for _ in range(200):\n    try:\n        pid = os.fork()\n"
-         "    except OSError:\n        refused += 1\n        continue\n"
-         "    if pid == 0:\n        time.sleep(20)\n        os._exit(0)\n    kids.append(pid)\n"
-         "print(len(kids), refused, flush=True)\n"
-         "for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)\n")
 
 
 def _hierarchies() -> list:
@@ -53,7 +46,7 @@ def test_cap_holds_on_this_hierarchy(parent: Path):
     refusals counted by the kernel in pids.events, and the group removed by close()."""
     group = process_limit.ProcessGroup(parent, CAP)
     try:
-        proc = subprocess.run(process_limit.joining_command([sys.executable, "-c", FORKS], group),
+        proc = subprocess.run(process_limit.joining_command([sys.executable, "-c", BOUNDED_FORKS], group),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         forked, refused = map(int, proc.stdout.split())
