@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 import warnings
 
 import torch
@@ -112,13 +111,11 @@ def _cache_per_capability() -> None:
     under ``avx2`` (or the other way round) computed attention off by 1 to 4 on chapter 8's test
     shapes (found when ``make test``, which pins avx2, ran after an unpinned run)."""
     cap = os.environ.get("ATEN_CPU_CAPABILITY")
-    default = os.path.join(tempfile.gettempdir(), f"torchinductor_{os.environ.get('USER') or os.getuid()}")
-    try:  # inductor's own default, where this torch has it
+    try:
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-        default = default_cache_dir()
-    except ImportError:
-        pass
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    except ImportError:  # another torch: its cache layout is not the one this works around
+        return
+    default, chosen = default_cache_dir(), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if cap and (chosen is None or os.path.abspath(chosen) == os.path.abspath(default)):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}_{cap}"
 
