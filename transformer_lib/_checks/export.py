@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .scalars import check_int
+
 EXPORTABLE_POSITIONAL = ("learned", "sinusoidal", "none")
 
 
@@ -11,12 +13,12 @@ def check_export_args(model, path, tokenizer, opset: int) -> Path:
     """A ``DecoderOnlyLM`` with a positional scheme the graph supports (learned, sinusoidal or
     none: RoPE and ALiBi would need their own export code), a path ending in ``.onnx`` whose
     folder exists, the model's own ``BPETokenizer`` (one token per row of the embedding) and an
-    ONNX opset in [18, 23]. Returns the path as a ``Path``."""
-    from ..model import DecoderOnlyLM
-    from ..tokenization import BPETokenizer
-    from .scalars import check_int
+    ONNX opset in [18, 23]. Returns the path as a ``Path``.
 
-    if not isinstance(model, DecoderOnlyLM):
+    The model and the tokenizer are recognised by what the export reads from them (a positional
+    scheme and an embedding; ``to_json`` and a length), not by their classes: ``_checks`` imports
+    nothing above it."""
+    if not (hasattr(model, "positional") and hasattr(model, "embed") and hasattr(model, "blocks")):
         raise TypeError(f"model must be a DecoderOnlyLM (chapter 16's GPT), got {type(model).__name__}")
     if model.positional not in EXPORTABLE_POSITIONAL:
         raise ValueError(f"model's positional scheme must be one of {EXPORTABLE_POSITIONAL} to be exported, "
@@ -28,7 +30,7 @@ def check_export_args(model, path, tokenizer, opset: int) -> Path:
         raise ValueError(f"path must end in .onnx, got {str(path)!r}")
     if not path.parent.is_dir():
         raise ValueError(f"path's folder {str(path.parent)!r} does not exist")
-    if not isinstance(tokenizer, BPETokenizer):
+    if not (callable(getattr(tokenizer, "to_json", None)) and hasattr(tokenizer, "__len__")):
         raise TypeError(f"tokenizer must be the model's BPETokenizer, got {type(tokenizer).__name__}")
     if len(tokenizer) != model.embed.num_embeddings:
         raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's embedding has "

@@ -4,11 +4,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .scalars import check_choice, check_count, check_number, check_str_list
+from .scalars import check_choice, check_int, check_number, check_str_list
 
 
 def _check_rank_alpha_dropout(rank, alpha, dropout) -> None:
-    check_count("rank", rank)  # 0 would be no adapter at all, and alpha / rank a division by zero
+    check_int("rank", rank)  # 0 would be no adapter at all, and alpha / rank a division by zero
     check_number("alpha", alpha, low=0.0, low_open=True)
     check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)  # 1.0 would drop every input
 
@@ -34,9 +34,8 @@ def check_add_lora(model, rank, alpha, targets, dropout) -> tuple[str, ...]:
     :class:`~transformer_lib.lora.LoRALinear`, and ``targets`` a non-empty list of module-name
     suffixes; returned as a tuple."""
     check_lora_model(model)
-    from ..lora import LoRALinear
-
-    wrapped = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
+    # a LoRALinear is recognised by its two factors (``_checks`` imports nothing above it)
+    wrapped = [n for n, m in model.named_modules() if hasattr(m, "lora_A") and hasattr(m, "lora_B")]
     if wrapped:
         raise ValueError(f"model already has LoRA adapters (at {', '.join(wrapped[:3])}"
                          f"{', ...' if len(wrapped) > 3 else ''}): merge_lora(model) first, or load into a fresh model")
