@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from ._checks import check_bool, check_choice, check_count, check_number, check_sizes
+from ._checks import check_bool, check_choice, check_int, check_number, check_sizes
 
 __all__ = ["BlockCost", "block_macs", "block_flops", "cost_table", "count_parameters", "transformer_parameters",
            "attention_ffn_crossover", "Level", "rnn_levels", "encoder_levels", "schedule_time",
@@ -87,7 +87,7 @@ def attention_ffn_crossover(d: int, expansion: float = 4) -> float:
     """The n at which attention and FFN cost the same: 4nd^2 + 2n^2 d = 2 e n d^2  =>  n = (e - 2) d.
 
     A result <= 0 (expansion <= 2) means there is no crossover: attention costs more at every n."""
-    check_count("d", d)
+    check_int("d", d)
     check_number("expansion", expansion, 0.0, low_open=True)
     return (expansion - 2) * d
 
@@ -109,12 +109,12 @@ def transformer_parameters(d_model: int = 512, num_heads: int = 8, d_ff: int = 2
     the paper reports 65M.
     """
     for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
-        check_count(name, value)
+        check_int(name, value)
     if d_model % num_heads:
         raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
-    check_count("num_encoder_layers", num_encoder_layers, 0)
-    check_count("num_decoder_layers", num_decoder_layers, 0)
-    check_count("vocab_size", vocab_size, 0)
+    check_int("num_encoder_layers", num_encoder_layers, 0)
+    check_int("num_decoder_layers", num_decoder_layers, 0)
+    check_int("vocab_size", vocab_size, 0)
     check_bool("shared_embeddings", shared_embeddings)
     attn = 4 * (d_model * d_model + d_model)
     ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
@@ -191,8 +191,8 @@ def sequential_steps(model: str, n: int, num_layers: int = 1) -> int:
       finishes at wave n + num_layers - 1. Stacking RNN layers adds to n; it does not multiply it.
     """
     check_choice("model", model, ("rnn", "transformer"))
-    check_count("n", n)
-    check_count("num_layers", num_layers)
+    check_int("n", n)
+    check_int("num_layers", num_layers)
     if model == "rnn":
         return 1 + n + num_layers - 1
     return num_layers * len(encoder_levels(n, 1))  # "transformer"

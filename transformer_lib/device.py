@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from ._checks import check_int, check_positive
+from ._checks import check_int
 
 __all__ = ["get_device", "seed_everything", "cpu_threads"]
 
@@ -64,7 +64,7 @@ def cpu_threads(count: int):
     times slower. One thread also makes the printed losses identical on machines with different
     core counts.
     """
-    check_positive("count", count)
+    check_int("count", count)
     previous = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive, check_probability
+from ._checks import check_int, check_probability
 import torch.nn.functional as F
 
 __all__ = ["FeedForward", "ACTIVATIONS"]
@@ -31,10 +31,10 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        check_positive("d_model", d_model)
+        check_int("d_model", d_model)
         check_probability("dropout", dropout)
         d_ff = int(round(expansion * d_model)) if d_ff is None else d_ff
-        check_positive("d_ff", d_ff)
+        check_int("d_ff", d_ff)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: expand
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: project back

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_choice, check_count, check_number, check_rho_sigma2, check_trees
+from ._checks import check_choice, check_int, check_number, check_rho_sigma2, check_trees
 
 __all__ = ["average_variance", "equicorrelated_draws", "simulated_average_variance",
            "default_max_features", "tree_predictions", "TreeCorrelation", "tree_correlation",
@@ -76,10 +76,10 @@ def equicorrelated_draws(n_draws: int, n_trees: int, rho: float, sigma2: float =
     adds its own independent part (bootstrap and feature sampling).
     """
     check_trees(n_trees)
-    check_count("n_draws", n_draws, 2)
+    check_int("n_draws", n_draws, 2)
     check_number("rho (this construction needs 0 <= rho <= 1)", rho, 0.0, 1.0)
     check_rho_sigma2(rho, sigma2, n_trees)
-    check_count("seed", seed, 0)
+    check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     shared = rng.standard_normal((n_draws, 1))  # (n_draws, 1): common to every tree of a draw
     own = rng.standard_normal((n_draws, n_trees))  # (n_draws, B): independent per tree
@@ -101,7 +101,7 @@ def default_max_features(p: int, task: str) -> int:
     scikit-learn's classifier uses ``max_features="sqrt"`` (the same number); its regressor
     defaults to ``1.0``, all p features, which makes it plain bagging unless you set it.
     """
-    p = check_count("p (the number of features)", p)
+    p = check_int("p (the number of features)", p)
     if check_choice("task", task, ("classification", "regression")) == "classification":
         return max(1, math.isqrt(p))
     return max(1, p // 3)
@@ -182,13 +182,13 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
     y = _labels(y, len(X))
     if X_eval.shape[1] != X.shape[1]:
         raise ValueError(f"X_eval must have the {X.shape[1]} features of X, got {X_eval.shape[1]}")
-    check_count("n_fits (a correlation over training sets needs several)", n_fits, 2)
-    check_count("seed", seed, 0)
+    check_int("n_fits (a correlation over training sets needs several)", n_fits, 2)
+    check_int("seed", seed, 0)
     if isinstance(train_size, float):  # a fraction of the rows
         check_number("train_size", train_size, 0.0, 1.0, low_open=True)
         n_train = int(round(train_size * len(X)))
     else:
-        n_train = check_count("train_size", train_size)
+        n_train = check_int("train_size", train_size)
     if not 2 <= n_train <= len(X):
         raise ValueError(f"train_size must give between 2 and {len(X)} rows, got {train_size!r}")
     rng = np.random.default_rng(seed)
@@ -261,10 +261,10 @@ def imbalanced_blobs(n: int, minority_fraction: float = 0.04, separation: float 
     right model and a forest has to approximate the line with axis-aligned steps from few
     minority points: the setting of the imbalance trap.
     """
-    check_count("n", n, 2)
+    check_int("n", n, 2)
     check_number("minority_fraction", minority_fraction, 0.0, 1.0, low_open=True, high_open=True)
     check_number("separation", separation, 0.0)
-    check_count("seed", seed, 0)
+    check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     y = (rng.random(n) < minority_fraction).astype(int)  # (n,)
     X = rng.standard_normal((n, 2)) + y[:, None] * (separation / math.sqrt(2.0))  # (n, 2)
@@ -281,7 +281,7 @@ def plot_decision_regions(model, X, y, ax=None, title: str | None = None, resolu
     y = _labels(y, len(X))
     if X.shape[1] != 2:
         raise ValueError(f"decision regions need 2-D inputs, X of shape (n, 2); got {X.shape}")
-    check_count("resolution", resolution, 2)
+    check_int("resolution", resolution, 2)
     check_number("margin", margin, 0.0)
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 4))

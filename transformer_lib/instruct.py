@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import lora as _lc
-from ._checks.scalars import check_count, check_number
+from ._checks.scalars import check_int, check_number
 
 IGNORE_INDEX = -100  # the label cross_entropy skips (Hugging Face's convention for prompt tokens)
 
@@ -109,8 +109,8 @@ def train_lora(model: nn.Module, examples, steps: int, batch_size: int = 8, accu
     drawn without replacement per epoch, each split into ``accumulation`` micro-batches. Returns
     the loss of each step; ``log(step, loss)`` is called after each one if given."""
     _lc.check_lora_model(model)
-    steps, batch_size, accumulation = (check_count("steps", steps), check_count("batch_size", batch_size),
-                                       check_count("accumulation", accumulation, high=batch_size))
+    steps, batch_size, accumulation = (check_int("steps", steps), check_int("batch_size", batch_size),
+                                       check_int("accumulation", accumulation, high=batch_size))
     check_number("lr", lr, low=0.0, low_open=True)
     examples = list(examples)
     if len(examples) < batch_size:
@@ -176,8 +176,8 @@ def json_task(n_train: int = 96, n_test: int = 24, seed: int = 0) -> tuple[list,
     """``(train, test)`` lists of ``(prompt, target_answer, expected_value)``: capital and arithmetic
     questions. The test split uses countries and number pairs that training never shows, and the
     split is made before anything is trained or looked at."""
-    check_count("n_train", n_train)
-    check_count("n_test", n_test)
+    check_int("n_train", n_train)
+    check_int("n_test", n_test)
     rng = random.Random(seed)
     countries = CAPITALS[:]
     rng.shuffle(countries)

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ._checks import check_bool, check_int, check_positions_list, check_positive
+from ._checks import check_bool, check_int, check_positions_list
 
 __all__ = [
     "causal_mask",
@@ -50,8 +50,8 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     include the queries' own; ``GroupedQueryAttention`` refuses it the same way).
     """
     L_k = L_q if L_k is None else L_k
-    check_positive("L_q", L_q)
-    check_positive("L_k", L_k)
+    check_int("L_q", L_q)
+    check_int("L_k", L_k)
     if L_k < L_q:
         raise ValueError(f"L_k must be >= L_q (the keys include the queries' own), got L_q={L_q}, L_k={L_k}")
     i, j = _positions(L_q, L_k, device)
@@ -66,7 +66,7 @@ def prefix_lm_mask(n_prefix: int, L: int, device=None) -> torch.Tensor:
     family's way of reading its input bidirectionally (UniLM; the "prefix LM" of the T5 paper;
     chapter 13). ``n_prefix = 0`` gives the causal mask, ``n_prefix = L`` the full one.
     """
-    check_positive("L", L)
+    check_int("L", L)
     check_int("n_prefix", n_prefix, 0, L)
     j = torch.arange(L, device=device).unsqueeze(0)  # (1, L) key index
     return causal_mask(L, device=device) | (j < n_prefix)  # (L, L)
@@ -103,8 +103,8 @@ def sliding_window_mask(L: int, window: int, causal: bool = False, device=None) 
 
     With ``causal=True`` only the past half of the band is kept: ``i - window // 2 <= j <= i``.
     """
-    check_positive("L", L)
-    check_positive("window", window)
+    check_int("L", L)
+    check_int("window", window)
     check_bool("causal", causal)
     return _band(L, window // 2, 0 if causal else window // 2, device)
 
@@ -121,8 +121,8 @@ def dilated_mask(L: int, dilation: int, causal: bool = False, device=None) -> to
 
     ``dilation=1`` is full attention. With ``causal=True`` also ``j <= i``.
     """
-    check_positive("L", L)
-    check_positive("dilation", dilation)
+    check_int("L", L)
+    check_int("dilation", dilation)
     check_bool("causal", causal)
     return _same_residue(L, dilation, causal, device)
 
@@ -142,7 +142,7 @@ def global_tokens_mask(L: int, global_positions: Iterable[int], device=None) -> 
     """(L, L) Longformer-style global attention: the listed tokens see everything and are seen by
     everyone. Combine it with a window by OR-ing: ``sliding_window_mask(...) | global_tokens_mask(...)``.
     """
-    check_positive("L", L)
+    check_int("L", L)
     g = torch.zeros(L, dtype=torch.bool, device=device)
     g[torch.as_tensor(check_positions_list("global_positions", global_positions, L), dtype=torch.long,
                       device=device)] = True
@@ -218,7 +218,7 @@ def dilated_window_mask(L: int, window: int, dilation: int, causal: bool = False
     fixed rate leaves holes (chapter 8, "Dilated attention"; ``sparse.receptive_field``).
     """
     for name, value in (("L", L), ("window", window), ("dilation", dilation)):
-        check_positive(name, value)
+        check_int(name, value)
     check_bool("causal", causal)
     i, j = _positions(L, L, device)
     mask = ((j - i) % dilation == 0) & ((j - i).abs() <= (window // 2) * dilation)
@@ -249,8 +249,8 @@ def bigbird_block_layout(num_blocks: int, window_blocks: int = 3, global_blocks:
     blocks drawn at random (seeded, so the pattern is reproducible) among those it does not
     already see. :func:`layout_to_mask` turns it into a token mask.
     """
-    check_positive("num_blocks", num_blocks)
-    check_positive("window_blocks", window_blocks)
+    check_int("num_blocks", num_blocks)
+    check_int("window_blocks", window_blocks)
     check_int("global_blocks", global_blocks, 0)
     check_int("random_blocks", random_blocks, 0)
     check_int("seed", seed, 0)
@@ -274,7 +274,7 @@ def layout_to_mask(layout: torch.Tensor, block_size: int, L: int | None = None) 
             or layout.shape[0] != layout.shape[1]:
         got = f"{layout.dtype} {tuple(layout.shape)}" if isinstance(layout, torch.Tensor) else type(layout).__name__
         raise ValueError(f"layout must be a square boolean (nb, nb) tensor, got {got}")
-    check_positive("block_size", block_size)
+    check_int("block_size", block_size)
     if L is not None and not (isinstance(L, int) and 1 <= L <= layout.shape[0] * block_size):
         raise ValueError(f"L must lie in [1, {layout.shape[0] * block_size}] for this layout, got {L!r}")
     mask = layout.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)  # (nb*b, nb*b)
@@ -284,7 +284,7 @@ def layout_to_mask(layout: torch.Tensor, block_size: int, L: int | None = None) 
 def bigbird_mask(L: int, block_size: int, window_blocks: int = 3, global_blocks: int = 1,
                  random_blocks: int = 1, seed: int = 0) -> torch.Tensor:
     """(L, L) BigBird mask: :func:`bigbird_block_layout` expanded to tokens."""
-    check_positive("L", L)
-    check_positive("block_size", block_size)
+    check_int("L", L)
+    check_int("block_size", block_size)
     nb = -(-L // block_size)  # ceil(L / block_size)
     return layout_to_mask(bigbird_block_layout(nb, window_blocks, global_blocks, random_blocks, seed), block_size, L)

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_cache, check_int, check_positive, check_token_ids
+from ._checks import check_cache, check_int, check_token_ids
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
@@ -240,9 +240,9 @@ class DecoderOnlyLM(nn.Module):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("max_len", max_len)):
-            check_positive(name, value)
+            check_int(name, value)
         if d_ff is not None:
-            check_positive("d_ff", d_ff)
+            check_int("d_ff", d_ff)
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff

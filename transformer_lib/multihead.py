@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_cache_layer, check_floating, check_mask, check_positive, check_probability
+from ._checks import check_cache_layer, check_floating, check_mask, check_int, check_probability
 from .attention import _attention, _attention_fast
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "is_hooked"]
@@ -65,8 +65,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
                  rotary: nn.Module | None = None):
         super().__init__()
-        check_positive("d_model", d_model)
-        check_positive("num_heads", num_heads)
+        check_int("d_model", d_model)
+        check_int("num_heads", num_heads)
         check_probability("dropout", dropout)
         if d_model % num_heads != 0:
             raise ValueError(

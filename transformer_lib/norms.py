@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive, check_positive_float, check_probability
+from ._checks import check_int, check_number, check_probability
 
 __all__ = ["LayerNorm", "RMSNorm", "TokenBatchNorm", "make_norm"]
 
@@ -23,8 +23,8 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, elementwise_affine: bool = True):
         super().__init__()
-        check_positive("d_model", d_model)
-        check_positive_float("eps", eps)
+        check_int("d_model", d_model)
+        check_number("eps", eps, 0, low_open=True)
         self.d_model, self.eps = d_model, eps
         if elementwise_affine:
             self.weight = nn.Parameter(torch.ones(d_model))  # gamma
@@ -70,8 +70,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        check_positive("d_model", d_model)
-        check_positive_float("eps", eps)
+        check_int("d_model", d_model)
+        check_number("eps", eps, 0, low_open=True)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model))
 
@@ -93,8 +93,8 @@ class TokenBatchNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
-        check_positive("d_model", d_model)
-        check_positive_float("eps", eps)
+        check_int("d_model", d_model)
+        check_number("eps", eps, 0, low_open=True)
         check_probability("momentum", momentum)
         self.bn = nn.BatchNorm1d(d_model, eps=eps, momentum=momentum)
 

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_int, check_positions, check_positive, check_positive_float, check_probability
+from ._checks import check_int, check_number, check_positions, check_probability
 
 __all__ = [
     "sinusoidal_encoding",
@@ -38,9 +38,9 @@ def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> tor
 
     Wavelengths grow geometrically from 2*pi (i = 0) to 2*pi * base (i -> d/2).
     """
-    check_positive("length", length)
-    check_positive("d_model", d_model)
-    check_positive_float("base", base)
+    check_int("length", length)
+    check_int("d_model", d_model)
+    check_number("base", base, 0, low_open=True)
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
@@ -58,8 +58,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 4096, dropout: float = 0.0):
         super().__init__()
-        check_positive("d_model", d_model)
-        check_positive("max_len", max_len)
+        check_int("d_model", d_model)
+        check_int("max_len", max_len)
         check_probability("dropout", dropout)
         self.d_model = d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
@@ -79,8 +79,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, dropout: float = 0.0):
         super().__init__()
-        check_positive("max_len", max_len)
-        check_positive("d_model", d_model)
+        check_int("max_len", max_len)
+        check_int("d_model", d_model)
         check_probability("dropout", dropout)
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
@@ -104,8 +104,8 @@ def rotary_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> tor
     """(L, d/2) angles ``pos * theta_i``, ``theta_i = 1 / base^(2i/d)`` (float32). Positions are
     integers >= 0: a fractional position is refused, not rounded."""
     check_positions(positions)
-    check_positive("d", d)
-    check_positive_float("base", base)
+    check_int("d", d)
+    check_number("base", base, 0, low_open=True)
     inv_freq = 1.0 / base ** (torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) / d)  # (d/2,)
     return positions.to(torch.float32).unsqueeze(-1) * inv_freq  # (L, d/2)
 
@@ -147,8 +147,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_k: int, base: float = 10000.0, style: str = "interleaved"):
         super().__init__()
-        check_positive("d_k", d_k)
-        check_positive_float("base", base)
+        check_int("d_k", d_k)
+        check_number("base", base, 0, low_open=True)
         if d_k % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {d_k}")
         if style not in ROTARY_STYLES:
@@ -174,7 +174,7 @@ class RotaryEmbedding(nn.Module):
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/h), 2^(-16/h), ...
     For a head count that is not a power of two, the paper's interleaving rule is used."""
-    check_positive("num_heads", num_heads)
+    check_int("num_heads", num_heads)
 
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-8 / n)
@@ -191,7 +191,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 def alibi_bias(num_heads: int, L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     """(1, H, L_q, L_k) additive bias ``-slope_h * |i - j|`` (queries aligned to the end of the keys)."""
     L_k = L_q if L_k is None else L_k
-    check_positive("L_q", L_q)
+    check_int("L_q", L_q)
     check_int("L_k", L_k, L_q)  # queries are the last L_q of the keys' positions
     i = torch.arange(L_q, device=device).unsqueeze(1) + (L_k - L_q)  # (L_q, 1)
     j = torch.arange(L_k, device=device).unsqueeze(0)  # (1, L_k)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_positive
+from ._checks import check_int
 
 __all__ = ["ElmanRNN", "torch_rnn", "RNNClassifier"]
 
@@ -25,8 +25,8 @@ class ElmanRNN(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        check_positive("input_size", input_size)
-        check_positive("hidden_size", hidden_size)
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size = input_size, hidden_size
         self.ih = nn.Linear(input_size, hidden_size)  # W_ih, b_ih
         self.hh = nn.Linear(hidden_size, hidden_size)  # W_hh, b_hh

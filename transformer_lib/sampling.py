@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from ._checks import (check_id_list, check_int, check_logits, check_prompt_ids, check_real, check_token_ids)
+from ._checks import (check_id_list, check_int, check_logits, check_prompt_ids, check_number, check_token_ids)
 
 __all__ = ["apply_temperature", "top_k_filter", "top_p_filter", "apply_repetition_penalty",
            "next_token_probs", "sample_next", "generate", "generate_ids", "generate_each",
@@ -41,7 +41,7 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     check_logits(logits)
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0:
         raise ValueError("temperature must be > 0 here (0 means greedy: take the argmax), got 0")
-    check_real("temperature", temperature, 0, low_open=True)
+    check_number("temperature", temperature, 0, low_open=True)
     return logits / temperature
 
 
@@ -62,7 +62,7 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     always). The running sum is taken in float64: in float32 it saturates below 1 after a few
     thousand small probabilities, and p = 1 would then drop tokens; p = 1 keeps every token."""
     check_logits(logits)
-    check_real("top_p", p, 0, 1, low_open=True)
+    check_number("top_p", p, 0, 1, low_open=True)
     if p == 1:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # (..., V); ties: lower id first
@@ -79,7 +79,7 @@ def apply_repetition_penalty(logits: torch.Tensor, previous_ids, penalty: float)
     or every row): positive logits are divided by ``penalty``, negative ones multiplied (CTRL's
     original divided both). ``penalty=1`` is a no-op."""
     check_logits(logits)
-    check_real("repetition_penalty", penalty, 0, low_open=True)
+    check_number("repetition_penalty", penalty, 0, low_open=True)
     ids = check_id_list("previous_ids", previous_ids, logits.shape[-1]).to(logits.device).unique()
     if penalty == 1 or ids.numel() == 0:
         return logits
@@ -94,7 +94,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     """The distribution a strategy samples from (what chapter 17 plots). ``temperature=0``: a
     one-hot vector on the argmax (greedy)."""
     check_logits(logits)
-    check_real("temperature", temperature, 0)
+    check_number("temperature", temperature, 0)
     logits = apply_repetition_penalty(logits, previous_ids, repetition_penalty)
     if temperature == 0:
         return torch.zeros_like(logits).scatter(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -130,12 +130,12 @@ def _generator(seed: int | None, generator: torch.Generator | None, device) -> t
 
 
 def _check_strategy(temperature, top_k, top_p, repetition_penalty) -> None:
-    check_real("temperature", temperature, 0)
-    check_real("repetition_penalty", repetition_penalty, 0, low_open=True)
+    check_number("temperature", temperature, 0)
+    check_number("repetition_penalty", repetition_penalty, 0, low_open=True)
     if top_k is not None:
         check_int("top_k", top_k)
     if top_p is not None:
-        check_real("top_p", top_p, 0, 1, low_open=True)
+        check_number("top_p", top_p, 0, 1, low_open=True)
 
 
 def _device(model) -> torch.device:
@@ -307,7 +307,7 @@ def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: 
     the stop is a heuristic, like ``transformers``' default ``early_stopping=False``."""
     check_int("num_beams", num_beams)
     check_int("max_new_tokens", max_new_tokens)
-    check_real("length_penalty", length_penalty)
+    check_number("length_penalty", length_penalty)
     if eos_id is not None:
         check_int("eos_id", eos_id, 0)
     check_prompt_ids(prompt_ids)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_int, check_positive, check_tokens
+from ._checks import check_int, check_tokens
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
            "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
@@ -32,8 +32,8 @@ def _check_generator(generator) -> None:
 
 def random_tokens(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None):
     """(B, L) content tokens drawn uniformly from FIRST_TOKEN .. vocab_size - 1."""
-    check_positive("batch_size", batch_size)
-    check_positive("length", length)
+    check_int("batch_size", batch_size)
+    check_int("length", length)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= FIRST_TOKEN:
         raise ValueError(f"vocab_size must be an integer > {FIRST_TOKEN} (PAD, BOS, EOS are reserved), got {vocab_size!r}")
     _check_generator(generator)
@@ -80,8 +80,8 @@ def running_sum_batch(batch_size: int, length: int, generator: torch.Generator |
     target_t = target_{t-1} + src_t, so an early mistake carries into every later position when
     the model generates freely.
     """
-    check_positive("batch_size", batch_size)
-    check_positive("length", length)
+    check_int("batch_size", batch_size)
+    check_int("length", length)
     check_int("base", base, 2)
     _check_generator(generator)
     digits = torch.randint(0, base, (batch_size, length), generator=generator)  # (B, L)
@@ -119,7 +119,7 @@ def three_lookups_batch(batch_size: int, length: int, vocab_size: int,
 
     ``previous`` uses the extra class ``vocab_size`` at t = 0, where there is no previous token.
     """
-    check_positive("batch_size", batch_size)
+    check_int("batch_size", batch_size)
     check_int("length", length, 2)
     check_int("vocab_size", vocab_size, 2)
     _check_generator(generator)

@@ -36,22 +36,22 @@ import math
 
 import torch
 
-from ._checks import check_bool, check_count, check_floating, check_mask, check_positive, check_qkv
+from ._checks import check_bool, check_int, check_floating, check_mask, check_qkv
 
 __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_partial_attention",
            "tile_schedule", "count_tiles"]
 
 
 def _check_block(name: str, value) -> int:
-    check_positive(name, value)
+    check_int(name, value)
     return value
 
 
 def _check_lengths(L_q, L_k, causal) -> None:
     """Sequence lengths >= 1; with ``causal`` at least as many keys as queries (as
     :func:`transformer_lib.masks.causal_mask`: otherwise the first queries would see no key)."""
-    check_count("L_q", L_q)
-    check_count("L_k", L_k)
+    check_int("L_q", L_q)
+    check_int("L_k", L_k)
     check_bool("causal", causal)
     if causal and L_k < L_q:
         raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "

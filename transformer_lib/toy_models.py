@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int, check_positive, check_tokens
+from ._checks import check_int, check_tokens
 from .device import cpu_threads, seed_everything
 from .layers import EncoderLayer
 from .masks import causal_mask
@@ -54,7 +54,7 @@ class TokenModel(nn.Module):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_layers", num_layers),
                             ("max_len", max_len)):
-            check_positive(name, value)
+            check_int(name, value)
         self.max_len = max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = LearnedPositionalEmbedding(max_len, d_model)
@@ -97,8 +97,8 @@ class TokenClassifier(TokenModel):
                  num_heads: int = 4, num_layers: int = 2, d_ff: int | None = None, max_len: int = 64,
                  causal: bool = False):
         num_classes = vocab_size if num_classes is None else num_classes
-        check_positive("vocab_size", vocab_size)
-        check_positive("num_classes", num_classes)
+        check_int("vocab_size", vocab_size)
+        check_int("num_classes", num_classes)
         super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, max_len, same_init=True)
         self.causal = bool(causal)
         self.head = nn.Linear(d_model, num_classes)

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int, check_real, check_token_ids
+from ._checks import check_int, check_number, check_token_ids
 from .sampling import generate
 
 __all__ = ["fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule", "causal_lm_loss", "perplexity",
@@ -119,7 +119,7 @@ def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, label_smoothing: 
                          f" and {tuple(getattr(tokens, 'shape', ()))}")
     V = logits.shape[-1]
     check_token_ids(tokens, V)
-    check_real("label_smoothing", label_smoothing, 0, 1)
+    check_number("label_smoothing", label_smoothing, 0, 1)
     if tokens.shape[1] < 2:
         raise ValueError("need at least 2 tokens per row: one to read and one to predict")
     return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),  # (B*(L-1), V) vs (B*(L-1),)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .scalars import check_bool, check_count, check_number
+from .scalars import check_bool, check_int, check_number
 
 
 def check_floating(name: str, tensor: torch.Tensor) -> None:
@@ -115,7 +115,7 @@ def check_sparse_call(q, k, v, key_mask, causal, scale, **sizes: int):
     if scale is not None:
         check_number("scale", scale, 0.0, low_open=True)
     for name, value in sizes.items():
-        check_count(name, value)
+        check_int(name, value)
     return B, H, L, check_key_mask(key_mask, B, L, q.device)
 
 

@@ -1,21 +1,21 @@
 """The cost model (chapter 10) and random forests (appendix A)."""
 from __future__ import annotations
 
-from .scalars import check_count, check_number
+from .scalars import check_int, check_number
 
 
 def check_sizes(n, d, expansion=4, batch=1) -> None:
     """The sizes of the cost model: sequence length n, width d and batch integers >= 1, the FFN's
     expansion a finite number > 0."""
-    check_count("n", n)
-    check_count("d", d)
-    check_count("batch", batch)
+    check_int("n", n)
+    check_int("d", d)
+    check_int("batch", batch)
     check_number("expansion", expansion, 0.0, low_open=True)
 
 
 def check_trees(n_trees) -> int:
     """The number of trees B of a forest: an integer >= 1."""
-    return check_count("n_trees (the number of trees B)", n_trees)
+    return check_int("n_trees (the number of trees B)", n_trees)
 
 
 def check_rho_sigma2(rho, sigma2, n_trees: int) -> None:

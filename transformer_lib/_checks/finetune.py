@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .scalars import check_int, check_real
+from .scalars import check_int, check_number
 
 
 def check_labelled_batch(tokens, attention_mask, labels, num_classes: int | None = None) -> None:
@@ -30,7 +30,7 @@ def check_labelled_batch(tokens, attention_mask, labels, num_classes: int | None
 
 def check_training_settings(lr, epochs, batch_size, seed) -> None:
     """A learning rate in (0, 1], epochs and batch_size >= 1, an integer seed >= 0."""
-    check_real("lr", lr, 0.0, 1.0, low_open=True)
+    check_number("lr", lr, 0.0, 1.0, low_open=True)
     check_int("epochs", epochs, 1, 1000)
     check_int("batch_size", batch_size, 1)
     check_int("seed", seed, 0)

@@ -1,34 +1,23 @@
 """Numbers and flags: counts, sizes, rates, temperatures, choices among names."""
 from __future__ import annotations
 
+import numbers
 
 
-def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
-    """``value`` must be an integer (not a bool) in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or \
+def check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
+    """``value`` must be an integer (a Python or NumPy integer, not a bool) in ``[low, high]``;
+    returned as an int. The one rule for every count, size and index. A non-number is a
+    TypeError; a bool, a fraction or a value out of range a ValueError (2.5 trees, or True layers,
+    are values a caller meant as numbers)."""
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low or \
             (high is not None and value > high):
         if high is not None:
             what = f"an integer in [{low}, {high}]"
         else:
             what = "a positive integer" if low == 1 else f"an integer >= {low}"
         raise ValueError(f"{name} must be {what}, got {value!r}")
-
-
-def check_positive(name: str, value) -> None:
-    """``value`` must be a positive integer (``>= 1``)."""
-    check_int(name, value, 1)
-
-
-def check_count(name: str, value, low: int = 1, high: int | None = None) -> int:
-    """``value`` must be an integer (a Python or NumPy integer, not a bool) in ``[low, high]``;
-    returned as an int. A non-number is a TypeError; a bool, a fraction or a value out of range a
-    ValueError (2.5 trees, or True layers, are values a caller meant as numbers)."""
-    import numbers
-
-    if not isinstance(value, numbers.Number):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    check_int(name, value if isinstance(value, bool) or not isinstance(value, numbers.Integral) else int(value),
-              low, high)  # a bool or a fraction: check_int's ValueError, with its wording
     return int(value)
 
 
@@ -38,35 +27,14 @@ def check_probability(name: str, value) -> None:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
 
 
-def check_positive_float(name: str, value) -> None:
-    """``value`` must be a finite real number > 0 (an epsilon, a temperature, a base ...)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < float("inf"):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def check_real(name: str, value, low: float | None = None, high: float | None = None,
-               low_open: bool = False) -> None:
-    """``value`` must be a finite real number (not a bool, not NaN) in ``[low, high]``
-    (``(low, high]`` with ``low_open``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    bad = v != v or v in (float("inf"), float("-inf")) or (low is not None and (v <= low if low_open else v < low)) \
-        or (high is not None and v > high)
-    if bad:
-        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
-        hi = "" if high is None else f"<= {high}"
-        what = " and ".join(s for s in (lo, hi) if s) or "finite"
-        raise ValueError(f"{name} must be a finite number {what}, got {value!r}")
-
-
 def check_number(name: str, value, low: float | None = None, high: float | None = None,
                  low_open: bool = False, high_open: bool = False) -> float:
     """``value`` must be a finite real number (Python or NumPy, not a bool) within the bounds
-    (``low_open`` / ``high_open`` exclude the end); returned as a float. NaN and inf are refused:
-    they would compare False with every bound and pass a check written as ``if x < low``."""
-    import numbers
-
+    (``low_open`` / ``high_open`` exclude the end); returned as a float. The one rule for every
+    real argument (a rate, a temperature, an epsilon: ``check_number("eps", eps, 0,
+    low_open=True)``). NaN and inf are refused: they would compare False with every bound and
+    pass a check written as ``if x < low``. A non-number is a TypeError, a number out of bounds a
+    ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     v = float(value)
@@ -78,18 +46,6 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
         what = " and ".join(s for s in (lo, hi) if s)
         raise ValueError(f"{name} must be a finite number{' ' + what if what else ''}, got {value!r}")
     return v
-
-
-def check_positive_reals(**values) -> None:
-    """Each named value must be a positive finite real number (bytes, GB/s, rows, bits per weight)."""
-    import math
-    import numbers
-
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def check_bool(name: str, value) -> None:

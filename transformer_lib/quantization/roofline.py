@@ -13,19 +13,21 @@ decoding through the quantized kernel.
 """
 from __future__ import annotations
 
-from .._checks import check_positive_reals
+from .._checks import check_number
 
 __all__ = ["decode_ceiling", "flops_per_byte"]
 
 
 def decode_ceiling(weight_bytes: float, bandwidth_gb_s: float) -> float:
     """Tokens/s at most, when each token streams ``weight_bytes`` at ``bandwidth_gb_s`` (10^9 bytes/s)."""
-    check_positive_reals(weight_bytes=weight_bytes, bandwidth_gb_s=bandwidth_gb_s)
+    check_number("weight_bytes", weight_bytes, 0, low_open=True)
+    check_number("bandwidth_gb_s", bandwidth_gb_s, 0, low_open=True)
     return bandwidth_gb_s * 1e9 / weight_bytes
 
 
 def flops_per_byte(rows: int, bits_per_weight: float) -> float:
     """Arithmetic intensity of ``rows`` tokens through a weight matrix: 2 FLOPs per weight and row,
     over the weight's ``bits_per_weight / 8`` bytes (the activations' bytes are left out: small)."""
-    check_positive_reals(rows=rows, bits_per_weight=bits_per_weight)
+    check_number("rows", rows, 0, low_open=True)
+    check_number("bits_per_weight", bits_per_weight, 0, low_open=True)
     return 2 * rows / (bits_per_weight / 8)

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from .._checks import check_bool, check_count
+from .._checks import check_bool, check_int
 from .patterns import FLEX_CPU_BLOCK_SIZE, FLEX_GPU_BLOCK_SIZE, _window_block_layout
 
 __all__ = ["window_block_mask", "flex_available"]
@@ -77,8 +77,8 @@ def window_block_mask(L: int, window: int, causal: bool = False, key_mask: torch
     if key_mask is not None and (not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool
                                  or key_mask.dim() != 2 or key_mask.shape[1] != L):
         raise ValueError(f"key_mask must be a boolean (B, {L}) tensor with True = real token")
-    return _window_block_mask(check_count("L", L), check_count("window", window) // 2, causal, key_mask, device,
-                              _flex_block_size(device) if block_size is None else check_count("block_size", block_size))
+    return _window_block_mask(check_int("L", L), check_int("window", window) // 2, causal, key_mask, device,
+                              _flex_block_size(device) if block_size is None else check_int("block_size", block_size))
 
 
 def _window_block_mask(L: int, half: int, causal: bool, key_mask, device, block_size: int):

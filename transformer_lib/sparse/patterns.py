@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from ..masks import dilated_window_mask
-from .._checks import check_bool, check_count
+from .._checks import check_bool, check_int
 
 __all__ = ["band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
            "window_block_layout", "receptive_field", "gridding_holes",
@@ -33,7 +33,7 @@ def band_score_count(n: int, window: int, causal: bool = False) -> int:
     ``n + 2 * sum_t (n - t) = n (2h + 1) - h (h + 1)`` for h < n: about n * w, minus the corners.
     """
     check_bool("causal", causal)
-    return _band_count(check_count("n", n), check_count("window", window) // 2, causal)
+    return _band_count(check_int("n", n), check_int("window", window) // 2, causal)
 
 
 def _band_count(n: int, half: int, causal: bool) -> int:
@@ -48,9 +48,9 @@ def dilated_score_count(n: int, dilation: int, causal: bool = False) -> int:
     Residue class r holds ``len_r`` positions (ceil or floor of n / d) and is a dense block of
     len_r^2 pairs: about n^2 / d in total, n / d per query row.
     """
-    check_count("n", n)
+    check_int("n", n)
     check_bool("causal", causal)
-    d = check_count("dilation", dilation)
+    d = check_int("dilation", dilation)
     lengths = [len(range(r, n, d)) for r in range(min(d, n))]
     return sum(m * (m + 1) // 2 if causal else m * m for m in lengths)
 
@@ -64,10 +64,10 @@ def blocked_score_count(n: int, window: int, causal: bool = False, block_size: i
     call per end, against every key any of them can see. A sequence too short for interior
     blocks goes block by block, each block against its tile clipped to the sequence.
     """
-    check_count("n", n)
+    check_int("n", n)
     check_bool("causal", causal)
-    h = check_count("window", window) // 2
-    b = check_count("block_size", block_size)
+    h = check_int("window", window) // 2
+    b = check_int("block_size", block_size)
     right = 0 if causal else h
 
     def keys(s: int, e: int) -> int:  # keys the queries [s, e) can see: [s - h, e + right) clipped
@@ -83,10 +83,10 @@ def blocked_score_count(n: int, window: int, causal: bool = False, block_size: i
 def fused_score_count(n: int, window: int, causal: bool = False, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
     """Scores the ``"fused"`` kernel computes per head: every block of b queries (the last one
     possibly shorter) against its tile clipped to the sequence, ``[s - h, s + b + right)``."""
-    check_count("n", n)
+    check_int("n", n)
     check_bool("causal", causal)
-    h = check_count("window", window) // 2
-    b = check_count("block_size", block_size)
+    h = check_int("window", window) // 2
+    b = check_int("block_size", block_size)
     right = 0 if causal else h
     return sum((min(n, s + b) - s) * (min(n, s + b + right) - max(0, s - h)) for s in range(0, n, b))
 
@@ -94,10 +94,10 @@ def fused_score_count(n: int, window: int, causal: bool = False, block_size: int
 def flex_score_count(n: int, window: int, causal: bool = False, block_size: int = FLEX_CPU_BLOCK_SIZE) -> int:
     """Scores flex_attention computes: every b x b tile that holds at least one band pair
     (b = 64, the library's choice on a CPU; pass 128 for a GPU)."""
-    check_count("n", n)
+    check_int("n", n)
     check_bool("causal", causal)
-    any_blocks, _ = _window_block_layout(n, check_count("window", window) // 2, causal,
-                                         check_count("block_size", block_size))
+    any_blocks, _ = _window_block_layout(n, check_int("window", window) // 2, causal,
+                                         check_int("block_size", block_size))
     rows = torch.full((any_blocks.shape[0],), block_size)
     rows[-1] = n - block_size * (any_blocks.shape[0] - 1)  # the last block may be short
     return int((any_blocks.long() * rows[:, None] * rows[None, :]).sum())
@@ -113,8 +113,8 @@ def window_block_layout(L: int, window: int, causal: bool = False,
     (:func:`~transformer_lib.sparse.window_block_mask`) is built from them.
     """
     check_bool("causal", causal)
-    return _window_block_layout(check_count("L", L), check_count("window", window) // 2, causal,
-                                check_count("block_size", block_size))
+    return _window_block_layout(check_int("L", L), check_int("window", window) // 2, causal,
+                                check_int("block_size", block_size))
 
 
 def _window_block_layout(L: int, half: int, causal: bool, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict
 
-from .._checks import check_count
+from .._checks import check_int
 from .pretokenize import BYTE_TIE_RANK
 
 __all__ = ["count_pairs", "merge_pair", "tie_rank", "best_pair", "train_bpe", "train_bpe_fast"]
@@ -49,7 +49,7 @@ def merge_pair(ids, pair: Pair, new_id: int) -> list[int]:
         raise TypeError(f"ids must be a list of token ids, got {type(ids).__name__}")
     if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
         raise ValueError(f"pair must be a tuple of two token ids, got {pair!r}")
-    check_count("new_id", new_id, 0)
+    check_int("new_id", new_id, 0)
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
@@ -63,7 +63,7 @@ def merge_pair(ids, pair: Pair, new_id: int) -> list[int]:
 
 def tie_rank(token_id: int) -> int:
     """Order used to break ties: base bytes by their printable character, merged ids by age."""
-    check_count("token_id", token_id, 0)  # -1 would silently rank as byte 255
+    check_int("token_id", token_id, 0)  # -1 would silently rank as byte 255
     return BYTE_TIE_RANK[token_id] if token_id < 256 else token_id
 
 
@@ -108,7 +108,7 @@ def train_bpe(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[
     Returns ``(merges, vocab)``: the merged id pairs in order, and the bytes of every id.
     """
     _check_words(words)
-    check_count("num_tokens (256 byte tokens come first)", num_tokens, 256)
+    check_int("num_tokens (256 byte tokens come first)", num_tokens, 256)
     vocab, index = _base_vocab()
     merges: list[Pair] = []
     while len(vocab) < num_tokens:
@@ -128,7 +128,7 @@ def train_bpe(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[
 def train_bpe_fast(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[Pair], list[bytes]]:
     """Incremental trainer with the same result as :func:`train_bpe` (a test holds them equal)."""
     _check_words(words)
-    check_count("num_tokens (256 byte tokens come first)", num_tokens, 256)
+    check_int("num_tokens (256 byte tokens come first)", num_tokens, 256)
     vocab, index = _base_vocab()
     merges: list[Pair] = []
     word_list = [list(w) for w in words]
