@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/hub.py
 
-Runs ``tests/bookkit/test_hub.py`` (the one-machine JupyterHub over HTTPS, from a private copy of the
+Runs ``tests/deploy/test_hub.py`` (the one-machine JupyterHub over HTTPS, from a private copy of the
 checkout: two students working at once, one idle student, an instructor; it needs root to create
 Unix users, a writable cgroup hierarchy and ``make hub-deps``) with ``TLIB_HUB_RESULTS=1``, which
 makes the test write its figures to the results file that the course guide's sizing section quotes:
@@ -23,5 +23,5 @@ ROOT = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     env = dict(os.environ, TLIB_HUB_RESULTS="1")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                           str(ROOT / "tests" / "bookkit" / "test_hub.py")], cwd=ROOT, env=env)
+                           str(ROOT / "tests" / "deploy" / "test_hub.py")], cwd=ROOT, env=env)
     sys.exit(done.returncode)

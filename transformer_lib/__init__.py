@@ -37,7 +37,7 @@ separate package ``bookkit``; nothing here imports it.
 __version__ = "0.1.0"
 
 from .attention import attention_fast, scaled_dot_product_attention
-from .cost import block_flops, block_macs, cost_table, count_parameters, transformer_parameters
+from .cost import block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
 from .grouped_query import GroupedQueryAttention

@@ -29,7 +29,7 @@ import torch.nn as nn
 
 from ._checks import check_bool, check_choice, check_int, check_number, check_sizes
 
-__all__ = ["BlockCost", "block_macs", "block_flops", "cost_table", "count_parameters", "transformer_parameters",
+__all__ = ["BlockCost", "block_macs", "cost_table", "count_parameters", "transformer_parameters",
            "attention_ffn_crossover", "Level", "rnn_levels", "encoder_levels", "schedule_time",
            "sequential_steps"]
 
@@ -67,9 +67,6 @@ def block_macs(n: int, d: int, expansion: float = 4) -> BlockCost:
     check_sizes(n, d, expansion)
     return BlockCost(n, d, expansion, projections=4 * n * d * d, scores=2 * n * n * d,
                      ffn=2 * n * d * (expansion * d))
-
-
-block_flops = block_macs  # the earlier name; it has always counted MACs (x 2 for FLOPs)
 
 
 def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:

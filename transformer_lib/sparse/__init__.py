@@ -23,11 +23,9 @@ One module per job:
 Every kernel equals dense attention with its pattern's mask (the tests hold them to 1e-5 in
 float32). Padded batches pass ``key_mask`` (B, L) with ``True = real token``; a query that can
 see no real key gets a zero output, as everywhere in the library. Timing and memory measurement
-live in :mod:`transformer_lib.profiling` (``median_time`` and ``peak_memory`` are re-exported
-here for older code).
+live in :mod:`transformer_lib.profiling`.
 """
 from ..masks import bigbird_block_layout, bigbird_mask, dilated_window_mask, layout_to_mask, longformer_mask
-from ..profiling import median_time, peak_memory
 from .dilated import DILATED_KERNELS, dilated_attention
 from .flex import flex_available, window_block_mask
 from .fused import fused_available
@@ -45,6 +43,5 @@ __all__ = [
     "band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
     "window_block_layout", "receptive_field", "gridding_holes", "window_block_mask", "flex_available",
     "fused_available",
-    "median_time", "peak_memory",
     "WINDOW_KERNELS", "DILATED_KERNELS", "DEFAULT_BLOCK_SIZE", "FLEX_CPU_BLOCK_SIZE", "FLEX_GPU_BLOCK_SIZE",
 ]

@@ -1,11 +1,57 @@
-"""A sweep of the public constructors and functions with the inputs a new user gets wrong: zero or
-negative sizes, probabilities outside [0, 1], non-integer sizes, wrong dtypes, strings that are not
-valid Unicode. Each must raise a ValueError whose message names the argument, never a RuntimeError
-or TypeError from deep inside torch, and never be silently accepted."""
+"""transformer_lib._checks: its rules themselves (one version of each), then a sweep of the public
+constructors and functions with the inputs a new user gets wrong: zero or negative sizes,
+probabilities outside [0, 1], non-integer sizes, wrong dtypes, strings that are not valid Unicode.
+Each must raise a ValueError whose message names the argument, never a RuntimeError or TypeError
+from deep inside torch, and never be silently accepted. New bad-input tests of one module go in
+that module's test file."""
+import numpy as np
 import pytest
 import torch
 
 import transformer_lib as tl
+from transformer_lib._checks import check_int, check_number
+
+
+@pytest.mark.parametrize("value", [1, 7, np.int64(3), np.uint8(2)])
+def test_check_int_accepts_python_and_numpy_integers_and_returns_an_int(value):
+    out = check_int("n", value)
+    assert out == int(value) and type(out) is int
+
+
+@pytest.mark.parametrize("value, low, high, error, message", [
+    (0, 1, None, ValueError, "n must be a positive integer, got 0"),
+    (-1, 0, None, ValueError, r"n must be an integer >= 0, got -1"),
+    (9, 1, 8, ValueError, r"n must be an integer in \[1, 8\], got 9"),
+    (2.5, 1, None, ValueError, "n must be a positive integer, got 2.5"),
+    (True, 1, None, ValueError, "n must be a positive integer, got True"),  # a bool is not a count
+    (float("nan"), 1, None, ValueError, "n must be a positive integer"),
+    ("8", 1, None, TypeError, "n must be an integer, got str '8'"),
+    (None, 1, None, TypeError, "n must be an integer, got NoneType"),
+])
+def test_check_int_refuses_with_the_argument_named(value, low, high, error, message):
+    with pytest.raises(error, match=message):
+        check_int("n", value, low, high)
+
+
+@pytest.mark.parametrize("value, kwargs", [(0.5, {}), (np.float32(2), {"low": 0, "low_open": True}),
+                                           (1, {"low": 0, "high": 1}), (-3, {"high": 0})])
+def test_check_number_accepts_finite_reals_in_bounds_and_returns_a_float(value, kwargs):
+    out = check_number("x", value, **kwargs)
+    assert out == float(value) and type(out) is float
+
+
+@pytest.mark.parametrize("value, kwargs, error, message", [
+    (0, {"low": 0, "low_open": True}, ValueError, "x must be a finite number > 0, got 0"),
+    (1, {"low": 0, "high": 1, "high_open": True}, ValueError, r"x must be a finite number >= 0 and < 1, got 1"),
+    (float("nan"), {}, ValueError, "x must be a finite number, got nan"),  # NaN passes every comparison
+    (float("inf"), {"low": 0}, ValueError, "x must be a finite number >= 0, got inf"),
+    (True, {}, TypeError, "x must be a real number, got bool"),
+    ("0.1", {}, TypeError, "x must be a real number, got str"),
+    (1j, {}, TypeError, "x must be a real number, got complex"),
+])
+def test_check_number_refuses_with_the_argument_named(value, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        check_number("x", value, **kwargs)
 
 SIZES = [0, -16, 2.5, True]
 
@@ -76,7 +122,6 @@ def test_minilm_rejects_text_that_is_not_valid_unicode(text):
 
 import math  # noqa: E402
 
-import numpy as np  # noqa: E402
 from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 from transformer_lib import cost, forests, masks, profiling, sparse, tasks, tiled  # noqa: E402
