@@ -14,6 +14,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from transformer_lib._extensions import Kernel
 from transformer_lib.model import DecoderOnlyLM
 from transformer_lib.quantization import (QuantizedEmbedding, QuantizedLinear, absmax_int8, dequantize_blocks,
                                           kernel_available, kernel_paths, matvec, matvec_reference, minmax_int4,
@@ -385,7 +386,10 @@ def test_kernel_keeps_leading_dims(built):
 
 def test_fallback_without_the_kernel(monkeypatch):
     """Where the extension cannot be built, matvec is the reference (the reason is remembered)."""
-    monkeypatch.setattr(kernels, "_STATE", {"ops": None, "error": "RuntimeError: no compiler"})
+    broken = Kernel("quantized matrix-vector kernel", "dequantize-then-matmul")
+    broken.errors[None] = "RuntimeError: no compiler"
+    monkeypatch.setattr(kernels, "KERNEL", broken)
+    monkeypatch.setattr(kernels, "_STATE", {})
     blocks = quantize_blocks(_weights(16, 64), 8)
     x = torch.randn(1, 64)
     assert torch.equal(matvec(x, blocks, "q8_0"), matvec_reference(x, blocks, "q8_0"))
@@ -601,30 +605,3 @@ def test_roofline_arguments():
         decode_ceiling(0, 15.0)
     with pytest.raises(TypeError, match="bandwidth_gb_s"):
         decode_ceiling(1e6, "fast")
-
-
-def test_stale_build_lock_is_removed(built):
-    """A build lock left by a killed process (older than ten minutes) no longer hangs every later
-    load of the kernel: it is removed with a warning and the (up-to-date) library loads."""
-    import os
-    import time
-    from pathlib import Path
-
-    from torch.utils.cpp_extension import _get_build_directory
-
-    from transformer_lib import _extensions
-
-    name = "tlib_quant_matvec"
-    lock = Path(_get_build_directory(f"{name}_{torch.__version__.split('+')[0].replace('.', '_')}", False)) / "lock"
-    lock.touch()
-    old = time.time() - 2 * _extensions._STALE_LOCK_S
-    os.utime(lock, (old, old))
-    state = {"ops": None, "error": None}
-    with pytest.warns(UserWarning, match="stale build lock"):
-        ops = _extensions.build_ops(state, "ops", name=name, source=kernels._SOURCE, cflags=kernels._CFLAGS,
-                                    namespace="tlib_quant", kernel="quantized matrix-vector kernel", fallback="-")
-    assert not lock.exists() and state["error"] is None
-    blocks, x = quantize_blocks(_weights(8, 64), 8), torch.randn(1, 64)
-    out = torch.empty(1, 8)
-    ops.q8_0_matvec(x, blocks, out, 32, "auto")  # the loaded library computes the product
-    assert torch.allclose(out, matvec_reference(x, blocks, "q8_0"), atol=1e-5)

@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
 from transformer_lib import sparse as sp
+from transformer_lib._extensions import Kernel
 from transformer_lib.sparse import flex as flex_module
 from transformer_lib.masks import dilated_mask, sliding_window_mask
 
@@ -383,7 +384,8 @@ def test_flex_falls_back_to_blocked_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C compiler")
 
-    monkeypatch.setattr(flex_module, "_FLEX_STATE", {"compiled": broken, "errors": {}})
+    monkeypatch.setattr(flex_module, "_compiled_flex", lambda: broken)
+    monkeypatch.setattr(flex_module, "KERNEL", Kernel("flex_attention kernel", "the blocked kernel"))
     q, k, v = _qkv(1, 2, 100, 8, 8)
     ref = _reference(q, k, v, sliding_window_mask(100, 16, True))
     with pytest.warns(RuntimeWarning, match="falling back"):

@@ -22,6 +22,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from transformer_lib import sparse as sp
+from transformer_lib._extensions import Kernel
 from transformer_lib.masks import sliding_window_mask as tl_mask
 from transformer_lib.sparse import fused, tiles
 
@@ -239,7 +240,7 @@ def test_fused_falls_back_to_blocked_where_it_does_not_apply(fused_ok):
 
 
 def test_fused_build_failure_warns_once_and_falls_back(monkeypatch):
-    monkeypatch.setattr(fused, "_STATE", {"module": None, "error": None})
+    monkeypatch.setattr(fused, "KERNEL", Kernel("fused sliding-window kernel", "the blocked kernel"))
     monkeypatch.setattr(fused, "_SOURCE", fused._SOURCE.with_name("missing.cpp"))
     q, k, v = _qkv(1, 2, 200, 8, 10)
     ref = sp.sliding_window_reference(q, k, v, 32)

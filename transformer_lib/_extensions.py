@@ -1,62 +1,105 @@
-"""Building the library's compiled kernels: one C++ file each, registered as ``torch.ops.<namespace>``.
+"""The library's compiled kernels, one way: built on first use, their failure remembered, one warning.
 
-Chapter 8's fused sliding-window kernel and chapter 19's quantized matrix-vector kernel are built
-the same way, on first use, by ``torch.utils.cpp_extension`` (a few seconds, then cached on disk).
-Where no build is possible (no C++ compiler, no ninja, a torch without the symbols a kernel needs)
-the reason is remembered, one warning says which readable path is used instead, and the build is
-not tried again on every call.
+Chapter 8's fused sliding-window kernel and chapter 19's quantized matrix-vector kernel are C++
+files built by ``torch.utils.cpp_extension`` (:func:`cpp_ops`); chapter 8's flex kernel is
+compiled by ``torch.compile``. Each is a :class:`Kernel`: the first use builds it (seconds), a
+build that cannot work here (no C++ compiler, no ninja, a torch without the symbols a kernel
+needs, a device flex does not support) is remembered with its reason, one warning says which
+readable path the library takes instead, and the build is not tried again on every call.
+:meth:`Kernel.available` answers ``(works, reason)``, the question the tests and chapters ask.
+
+A C++ kernel is built in a folder of its own process and then moved, whole, into the cache
+(``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``) under a name that hashes its
+sources, flags and torch version: two processes building at once never wait on each other's lock,
+a process killed mid-build leaves no lock behind, and a changed source is a new name.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
-import time
+import tempfile
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 
-# torch's build lock: a process killed while it held it (a test timeout, ^C) leaves the file, and
-# every later load of the kernel waits on it for ever. No build here takes ten minutes.
-_STALE_LOCK_S = 600
+class Kernel:
+    """One compiled kernel's state: what each build produced, or why it failed, per ``key`` (the
+    flex kernel keys on device type and dtype; the C++ kernels have one key)."""
 
+    def __init__(self, kernel: str, fallback: str):
+        self.kernel, self.fallback = kernel, fallback  # the reader's words: "the fused ... kernel", "the blocked kernel"
+        self.built: dict = {}
+        self.errors: dict = {}
 
-def _drop_stale_lock(name: str) -> None:
-    from torch.utils.cpp_extension import _get_build_directory
+    def get(self, build: Callable[[], object], key=None):
+        """``build()`` once and return what it returns; RuntimeError with the reason if it cannot
+        be built here (now or on an earlier call)."""
+        if key in self.errors:
+            raise RuntimeError(self.errors[key])
+        if key not in self.built:
+            try:
+                self.built[key] = build()
+            except Exception as err:  # no compiler, no ninja, a missing symbol, an unsupported device ...
+                self.fail(err, key)
+                raise RuntimeError(self.errors[key]) from None
+        return self.built[key]
 
-    lock = Path(_get_build_directory(f"{name}_{torch.__version__.split('+')[0].replace('.', '_')}", False)) / "lock"
-    try:
-        if time.time() - lock.stat().st_mtime > _STALE_LOCK_S:
-            lock.unlink()
-            warnings.warn(f"removed a stale build lock left by a killed process: {lock}", UserWarning, stacklevel=4)
-    except FileNotFoundError:
-        pass
+    def fail(self, err: BaseException, key=None, stacklevel: int = 4) -> None:
+        """Remember why the kernel does not work for ``key`` and warn once."""
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        self.errors[key] = f"{type(err).__name__}: {first}"
+        where = "" if key is None else f" for {' '.join(map(str, key)) if isinstance(key, tuple) else key}"
+        warnings.warn(f"the {self.kernel} cannot be built here{where} ({self.errors[key]}); falling back to "
+                      f"{self.fallback}", RuntimeWarning, stacklevel=stacklevel)
 
+    def status(self, key=None) -> tuple[bool, str]:
+        """(works, reason): False and the remembered reason after a failure, else True and "ok"."""
+        return (False, self.errors[key]) if key in self.errors else (True, "ok")
 
-def build_ops(state: dict, key: str, *, name: str, source: Path, cflags: list[str], namespace: str,
-              kernel: str, fallback: str):
-    """Build ``source`` once and return ``torch.ops.<namespace>``; raise RuntimeError with the reason
-    where it cannot be built. ``state`` is the caller's memory: ``state[key]`` holds the ops,
-    ``state["error"]`` the reason of a failed build (both None before the first try)."""
-    if state[key] is None and state["error"] is None:
+    def available(self, build: Callable[[], object], key=None) -> tuple[bool, str]:
+        """Build if needed (slow the first time); return (works, reason)."""
         try:
-            if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
-                import ninja  # noqa: PLC0415 - optional until a build is needed
+            self.get(build, key)
+        except RuntimeError:
+            pass
+        return self.status(key)
 
-                os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-            from torch.utils.cpp_extension import load
 
-            _drop_stale_lock(name)
-            # a plain shared library that registers the ops (no Python module, no Python.h)
-            load(name=f"{name}_{torch.__version__.split('+')[0].replace('.', '_')}", sources=[str(source)],
-                 extra_cflags=cflags, extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
-            state[key] = getattr(torch.ops, namespace)
-        except Exception as err:  # no compiler, no ninja, a missing symbol, ...
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            state["error"] = f"{type(err).__name__}: {first}"
-            warnings.warn(f"the {kernel} cannot be built here ({state['error']}); falling back to {fallback}",
-                          RuntimeWarning, stacklevel=5)
-    if state["error"] is not None:
-        raise RuntimeError(state["error"])
-    return state[key]
+def extensions_dir() -> Path:
+    """Where built kernels are kept: ``$TORCH_EXTENSIONS_DIR`` (torch's own variable), else
+    ``~/.cache/torch_extensions``."""
+    chosen = os.environ.get("TORCH_EXTENSIONS_DIR")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(chosen) if chosen else cache / "torch_extensions"
+
+
+def cpp_ops(*, name: str, source: Path, cflags: list[str], namespace: str):
+    """Build ``source`` (a shared library that registers ``torch.ops.<namespace>``; every file of
+    its folder counts, headers included), load it and return ``torch.ops.<namespace>``. Reuses
+    the cached library of the same sources, flags and torch."""
+    digest = hashlib.sha256(f"{torch.__version__}|{' '.join(cflags)}|{source.name}".encode() + source.read_bytes())
+    for path in sorted(source.parent.iterdir()):
+        if path.is_file() and path != source:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    library = extensions_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+    if not library.exists():
+        if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
+            import ninja  # noqa: PLC0415 - optional until a build is needed
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        from torch.utils.cpp_extension import load
+
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=library.parent) as build:
+            # a plain shared library that registers the ops (no Python module, no Python.h);
+            # load() also loads it into this process
+            load(name=name, sources=[str(source)], extra_cflags=cflags, extra_ldflags=["-fopenmp"],
+                 build_directory=build, is_python_module=False, verbose=False)
+            os.replace(Path(build) / f"{name}.so", library)  # atomic: another process sees all of it or none
+    else:
+        torch.ops.load_library(str(library))
+    return getattr(torch.ops, namespace)

@@ -29,9 +29,9 @@ instructions per weight than decoding the weights to floats; the price is x's ow
 which the reference computes the same way. The default, ``"float32"``, leaves x as it is
 (weight-only quantization).
 
-The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed (about
-fifteen seconds on two cores; cached under ``~/.cache/torch_extensions``). Where that cannot
-work (no compiler, no ninja) the first call warns once and :func:`matvec` uses the reference.
+The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed, then
+cached (:mod:`transformer_lib._extensions`). Where that cannot work (no compiler, no ninja) the
+first call warns once and :func:`matvec` uses the reference.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from .._extensions import build_ops
+from .._extensions import Kernel, cpp_ops
 from .formats import dequantize_blocks
 
 __all__ = ["ACTIVATIONS", "PATHS", "kernel_available", "kernel_paths", "matvec", "matvec_reference",
@@ -52,8 +52,10 @@ ACTIVATIONS = ("float32", "int8")
 PATHS = ("auto", "avx512", "avx2", "portable")
 
 _SOURCE = Path(__file__).with_name("csrc") / "matvec.cpp"
-# the extension's ops, or the reason they cannot be built (remembered: the build is not retried per call)
-_STATE: dict = {"ops": None, "error": None}
+# the compiled kernel: its ops once built, or why it cannot be (remembered: not retried per call)
+KERNEL = Kernel("quantized matrix-vector kernel", "dequantize-then-matmul")
+# what the ops tell once: the code paths per activations, the ops bound per (format, activations)
+_STATE: dict = {}
 # -O3; -fopenmp for at::parallel_for. The AVX-512 and AVX2 loops carry their own target attributes,
 # so the library itself is built for any x86-64 CPU and picks its path when it runs.
 _CFLAGS = ["-O3", "-fopenmp"]
@@ -67,20 +69,24 @@ MAX_PATH_VARIABLE = "TLIB_QUANT_MAX_PATH"
 
 def _ops():
     """Build (once) and return ``torch.ops.tlib_quant``; raise RuntimeError with the reason if it cannot be."""
+    _check_max_path()
+    return KERNEL.get(_build)
+
+
+def _build():
+    return cpp_ops(name="tlib_quant_matvec", source=_SOURCE, cflags=_CFLAGS, namespace="tlib_quant")
+
+
+def _check_max_path() -> None:
     cap = os.environ.get(MAX_PATH_VARIABLE, "")
     if cap not in ("", *PATHS[1:]):
         raise ValueError(f"{MAX_PATH_VARIABLE} must be one of {PATHS[1:]} or unset, got {cap!r}")
-    return build_ops(_STATE, "ops", name="tlib_quant_matvec", source=_SOURCE, cflags=_CFLAGS, namespace="tlib_quant",
-                     kernel="quantized matrix-vector kernel", fallback="dequantize-then-matmul")
 
 
 def kernel_available() -> tuple[bool, str]:
     """Build the extension if needed (slow the first time); return (works, reason)."""
-    try:
-        _ops()
-        return True, "ok"
-    except RuntimeError as err:
-        return False, str(err)
+    _check_max_path()
+    return KERNEL.available(_build)
 
 
 def kernel_paths(activations: str = "float32") -> tuple[str, ...]:
@@ -156,7 +162,7 @@ def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32
     if path != "auto":
         check_path(path, group_size, activations)
     kernels = _STATE.get("kernels")  # the ops themselves, looked up once (no per-call attribute walk)
-    if kernels is None and _STATE["error"] is None and x.device.type == "cpu":
+    if kernels is None and not KERNEL.errors and x.device.type == "cpu":
         kernels = _bind()
     kernel = kernels.get((fmt, activations)) if kernels else None
     if kernel is None or x.device.type != "cpu" or blocks.device.type != "cpu":

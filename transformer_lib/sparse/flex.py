@@ -3,17 +3,17 @@
 flex_attention computes only the tiles its ``BlockMask`` lists: tiles the band covers completely
 are "full" (no mask is evaluated there), tiles it only crosses are "partial" (the ``mask_mod``
 decides per pair), all others are skipped. ``create_block_mask`` would find them by evaluating
-the mask on all n^2 pairs (quadratic, 28 s at n = 32768 in eager mode); :func:`window_block_mask`
+the mask on all n^2 pairs (quadratic in eager mode); :func:`window_block_mask`
 derives them from the window's arithmetic instead (:func:`~.patterns.window_block_layout`) and
 caches the layout. Tiles are 64 x 64 on a CPU, 128 x 128 (torch's default) elsewhere.
 
-Compiling takes 10-40 s the first time on a CPU, so the flex kernel is opt-in. If
+Compiling takes tens of seconds the first time on a CPU, so the flex kernel is opt-in. If
 ``torch.compile``, a C compiler or the device cannot run it, the first call warns once and
 returns None, and :func:`~.window.sliding_window_attention` falls back to the blocked kernel.
 
 Where ``ATEN_CPU_CAPABILITY`` is set (``make test`` and ``make chapters`` set it to ``avx2``), the
-compiled kernels are cached in a folder of their own (:func:`_cache_per_capability`): torch 2.13's
-inductor reused a kernel compiled under another setting and computed wrong attention.
+compiled kernels are cached in a folder of their own (:func:`_cache_per_capability`): inductor's
+cache key leaves that variable out (CHANGELOG.md tells how it showed).
 """
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ import warnings
 import torch
 
 from .._checks import check_bool, check_int
+from .._extensions import Kernel
 from .patterns import FLEX_CPU_BLOCK_SIZE, FLEX_GPU_BLOCK_SIZE, _window_block_layout
 
 __all__ = ["window_block_mask", "flex_available"]
 
-# the compiled function, and why flex failed per (device type, dtype): a failure is remembered so
-# that the (slow) compile is not retried on every call, and warned about once
-_FLEX_STATE: dict = {"compiled": None, "errors": {}}
+# why flex failed per (device type, dtype): a failure is remembered so that the (slow) compile is
+# not retried on every call, and warned about once
+KERNEL = Kernel("flex_attention kernel", "the blocked kernel")
 
 
 def _flex_block_size(device) -> int:
@@ -106,10 +107,9 @@ def _cached_block_mask(L: int, half: int, causal: bool, device: str):
 
 
 def _cache_per_capability() -> None:
-    """Give each ``ATEN_CPU_CAPABILITY`` its own inductor cache folder, unless the user chose one.
-    torch 2.13's cache key leaves the variable out: a flex kernel compiled without it and reused
-    under ``avx2`` (or the other way round) computed attention off by 1 to 4 on chapter 8's test
-    shapes (found when ``make test``, which pins avx2, ran after an unpinned run)."""
+    """Give each ``ATEN_CPU_CAPABILITY`` its own inductor cache folder, unless the user chose one:
+    inductor's cache key leaves the variable out, so a kernel compiled under one setting would be
+    reused under another."""
     cap = os.environ.get("ATEN_CPU_CAPABILITY")
     try:
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
@@ -120,26 +120,18 @@ def _cache_per_capability() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}_{cap}"
 
 
+@functools.lru_cache(maxsize=1)
 def _compiled_flex():
-    if _FLEX_STATE["compiled"] is None:
-        _cache_per_capability()
-        from torch.nn.attention.flex_attention import flex_attention
-        # dynamic=False: one kernel per shape, the fastest code; the window lives in tensors
-        _FLEX_STATE["compiled"] = torch.compile(flex_attention, dynamic=False)
-    return _FLEX_STATE["compiled"]
-
-
-def _flex_failed(key: tuple[str, torch.dtype], err: BaseException) -> None:
-    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    _FLEX_STATE["errors"][key] = reason
-    warnings.warn(f"flex_attention is unavailable for {key[0]} {key[1]} ({reason}); "
-                  "falling back to the blocked kernel", RuntimeWarning, stacklevel=5)
+    _cache_per_capability()
+    from torch.nn.attention.flex_attention import flex_attention
+    # dynamic=False: one kernel per shape, the fastest code; the window lives in tensors
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def flex_window(q, k, v, half: int, causal: bool, key_mask, scale) -> torch.Tensor | None:
     """The compiled flex path (unchecked), or None (after one warning) where it cannot run."""
     key = (q.device.type, q.dtype)
-    if key in _FLEX_STATE["errors"]:
+    if key in KERNEL.errors:
         return None
     try:
         if q.device.type == "mps":
@@ -149,7 +141,7 @@ def flex_window(q, k, v, half: int, causal: bool, key_mask, scale) -> torch.Tens
             else _window_block_mask(L, half, causal, key_mask, q.device, _flex_block_size(q.device))
         return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
     except Exception as err:  # torch.compile missing a C compiler, an unsupported device or dtype, ...
-        _flex_failed(key, err)
+        KERNEL.fail(err, key, stacklevel=5)
         return None
 
 
@@ -159,6 +151,5 @@ def flex_available(device="cpu", dtype=torch.float32) -> tuple[bool, str]:
     q = torch.randn(1, 1, 256, 16, dtype=dtype, device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        out = flex_window(q, q, q, 8, False, None, None)
-    key = (q.device.type, dtype)
-    return (out is not None, "ok" if out is not None else _FLEX_STATE["errors"][key])
+        flex_window(q, q, q, 8, False, None, None)
+    return KERNEL.status((q.device.type, dtype))

@@ -12,9 +12,9 @@ sequence, so the two ends need no separate treatment. The loop checks every row 
 unnecessary), marks the rows out of range, and Python recomputes their blocks with the max
 subtracted.
 
-The C++ source is compiled with ``torch.utils.cpp_extension`` the first time it is needed (about
-ten seconds on two cores; cached afterwards under ``~/.cache/torch_extensions``). Where that cannot work (no
-C++ compiler, no ninja, a BLAS without ``sgemm_``), the first call warns once and
+The C++ source is compiled with ``torch.utils.cpp_extension`` the first time it is needed, then
+cached (:mod:`transformer_lib._extensions`). Where that cannot work (no C++ compiler, no ninja, a
+BLAS without ``sgemm_``), the first call warns once and
 :func:`~.window.sliding_window_attention` falls back to the ``"blocked"`` kernel. The fused path
 serves CPU float32 calls without padding and without autograd; others take ``"blocked"`` too.
 """
@@ -24,14 +24,14 @@ from pathlib import Path
 
 import torch
 
-from .._extensions import build_ops
+from .._extensions import Kernel, cpp_ops
 from .tiles import _LOG2E, needs_autograd, redo_rows, score_scale
 
 __all__ = ["fused_available"]
 
 _SOURCE = Path(__file__).with_name("csrc") / "window.cpp"
-# the extension, or the reason it cannot be built (remembered: the build is not retried per call)
-_STATE: dict = {"module": None, "error": None}
+# the compiled kernel, or the reason it cannot be built (remembered: the build is not retried per call)
+KERNEL = Kernel("fused sliding-window kernel", "the blocked kernel")
 # -O3 and a vectorized inner loop (the row sums may be added in any order); -fopenmp for at::parallel_for
 _CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros"]
 
@@ -48,9 +48,12 @@ def _arch() -> tuple[str, list[str]]:
 
 def _module():
     """Build (once) and return the compiled extension; raise RuntimeError with the reason if it cannot be."""
+    return KERNEL.get(_build)
+
+
+def _build():
     arch, flags = _arch()
-    return build_ops(_STATE, "module", name=f"tlib_window_fused_{arch}", source=_SOURCE, cflags=_CFLAGS + flags,
-                     namespace="tlib_window", kernel="fused sliding-window kernel", fallback="the blocked kernel")
+    return cpp_ops(name=f"tlib_window_fused_{arch}", source=_SOURCE, cflags=_CFLAGS + flags, namespace="tlib_window")
 
 
 def fused_window(q, k, v, half: int, right: int, key_mask, block_size: int, scale) -> torch.Tensor | None:
@@ -76,8 +79,4 @@ def fused_window(q, k, v, half: int, right: int, key_mask, block_size: int, scal
 
 def fused_available() -> tuple[bool, str]:
     """Build the extension if needed (slow the first time); return (works, reason)."""
-    try:
-        _module()
-        return True, "ok"
-    except RuntimeError as err:
-        return False, str(err)
+    return KERNEL.available(_build)
