@@ -99,7 +99,9 @@ def cpp_ops(*, name: str, source: Path, cflags: list[str], namespace: str):
             # load() also loads it into this process
             load(name=name, sources=[str(source)], extra_cflags=cflags, extra_ldflags=["-fopenmp"],
                  build_directory=build, is_python_module=False, verbose=False)
-            os.replace(Path(build) / f"{name}.so", library)  # atomic: another process sees all of it or none
+            # torch names it {name}.so ({name}_v1.so when this process built other sources under the name)
+            (built,) = Path(build).glob(f"{name}*.so")
+            os.replace(built, library)  # atomic: another process sees all of it or none
     else:
         torch.ops.load_library(str(library))
     return getattr(torch.ops, namespace)
