@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from ._checks import check_bool, check_choice, check_int, check_number, check_sizes
+from ._checks import (check_bool, check_choice, check_heads_divide, check_int, check_lengths, check_levels, check_module,
+                      check_number, check_sizes)
 
 __all__ = ["BlockCost", "block_macs", "cost_table", "count_parameters", "transformer_parameters",
            "attention_ffn_crossover", "Level", "rnn_levels", "encoder_levels", "schedule_time",
@@ -71,8 +72,7 @@ def block_macs(n: int, d: int, expansion: float = 4) -> BlockCost:
 
 def cost_table(ns, d: int = 512, expansion: float = 4) -> list[dict]:
     """Rows {n, attention %, ffn %, ...} for each n (chapter 10's table at d = 512)."""
-    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
-        raise TypeError(f"ns must be a list of sequence lengths, got {type(ns).__name__}")
+    check_lengths(ns)
     rows = []
     for n in ns:
         c = block_macs(n, d, expansion)
@@ -91,8 +91,7 @@ def attention_ffn_crossover(d: int, expansion: float = 4) -> float:
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     """Number of (distinct) parameters in ``module``."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, "module")
     check_bool("trainable_only", trainable_only)
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
@@ -105,10 +104,8 @@ def transformer_parameters(d_model: int = 512, num_heads: int = 8, d_ff: int = 2
     With ``vocab_size`` = 37000 and shared embeddings (the paper's base model) the total is ~63M;
     the paper reports 65M.
     """
-    for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
-        check_int(name, value)
-    if d_model % num_heads:
-        raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+    check_heads_divide(d_model, num_heads)
+    check_int("d_ff", d_ff)
     check_int("num_encoder_layers", num_encoder_layers, 0)
     check_int("num_decoder_layers", num_decoder_layers, 0)
     check_int("vocab_size", vocab_size, 0)
@@ -171,9 +168,7 @@ def schedule_time(levels: list[Level], lanes: float, overhead: float = 0) -> flo
     with more lanes. With 1 lane and no overhead the time is the total work; with unlimited lanes
     it is the number of levels times (1 + overhead), the depth.
     """
-    if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or \
-            not all(isinstance(level, Level) for level in levels):
-        raise TypeError("levels must be a list of cost.Level (from rnn_levels or encoder_levels)")
+    check_levels(levels, Level)
     check_number("lanes", lanes, 1.0)
     check_number("overhead", overhead, 0.0)
     return sum(math.ceil(level.macs / lanes) + overhead for level in levels)

@@ -10,9 +10,9 @@ The rules live in one module per concept (``scalars``, ``tokens``, ``attention``
 """
 from .scalars import check_int, check_probability, check_number, check_bool, check_choice, check_str_list  # noqa: F401
 from .tokens import check_tokens, check_token_ids, check_prompt_ids, check_id_list, check_logits, check_positions, check_text, check_chat_messages  # noqa: F401
-from .attention import check_floating, check_finite, check_qkv, check_mask, check_square_maps, check_self_attention_qkv, check_key_mask, check_sparse_call, check_positions_list  # noqa: F401
+from .attention import check_floating, check_finite, check_qkv, check_mask, check_square_maps, check_self_attention_qkv, check_key_mask, check_sparse_call, check_positions_list, check_mask_stack, check_dilations, check_block_layout, check_window_key_mask  # noqa: F401
 from .models import check_cache, check_cache_layer  # noqa: F401
-from .cost import check_sizes, check_trees, check_rho_sigma2  # noqa: F401
+from .cost import check_sizes, check_trees, check_rho_sigma2, check_lengths, check_heads_divide, check_levels  # noqa: F401
 from .distributed import check_distributed_run, check_parallel_split, check_pipeline  # noqa: F401
 from .quantization import check_quantization_args, check_matvec_input  # noqa: F401
 # the checks of the later chapters' modules, one file each

@@ -106,6 +106,43 @@ def check_key_mask(key_mask: torch.Tensor | None, B: int, L: int, device) -> tor
     return key_mask.to(device).expand(B, L)
 
 
+def check_mask_stack(masks) -> None:
+    """A non-empty list of square boolean (L, L) masks of one shape, first layer first."""
+    if isinstance(masks, torch.Tensor) or not isinstance(masks, (list, tuple)):
+        raise TypeError(f"masks must be a list of (L, L) boolean masks, first layer first, got {type(masks).__name__}")
+    if not masks:
+        raise ValueError("receptive_field needs at least one mask")
+    for m in masks:
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or m.dim() != 2 or m.shape[0] != m.shape[1]:
+            got = f"{m.dtype} {tuple(m.shape)}" if isinstance(m, torch.Tensor) else type(m).__name__
+            raise ValueError(f"each mask must be a square boolean (L, L) tensor, got {got}")
+        if m.shape != masks[0].shape:
+            raise ValueError(f"masks must share one shape, got {tuple(masks[0].shape)} and {tuple(m.shape)}")
+
+
+def check_dilations(dilations) -> None:
+    """A non-empty list or tuple of dilation rates (each checked where its mask is made)."""
+    if isinstance(dilations, (str, bytes)) or not isinstance(dilations, (list, tuple)):
+        raise TypeError(f"dilations must be a list of integers >= 1, got {type(dilations).__name__}")
+    if not dilations:
+        raise ValueError("gridding_holes needs at least one dilation")
+
+
+def check_block_layout(layout, L: int, block_size: int) -> None:
+    """A boolean (nb, nb) block layout, nb = ceil(L / block_size)."""
+    nb = -(-L // block_size)
+    if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool or tuple(layout.shape) != (nb, nb):
+        got = (layout.dtype, tuple(layout.shape)) if isinstance(layout, torch.Tensor) else type(layout).__name__
+        raise ValueError(f"layout must be a boolean ({nb}, {nb}) tensor for L={L} and block_size={block_size}, got {got}")
+
+
+def check_window_key_mask(key_mask, L: int) -> None:
+    """None, or a boolean (B, L) padding mask (True = real token)."""
+    if key_mask is not None and (not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool
+                                 or key_mask.dim() != 2 or key_mask.shape[1] != L):
+        raise ValueError(f"key_mask must be a boolean (B, {L}) tensor with True = real token")
+
+
 def check_sparse_call(q, k, v, key_mask, causal, scale, **sizes: int):
     """The checks every sparse attention call shares: q, k, v; ``causal`` a bool; ``scale`` None or
     a finite number > 0; each named size an integer >= 1; the key mask. Returns (B, H, L, key_mask

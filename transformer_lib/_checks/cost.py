@@ -13,6 +13,27 @@ def check_sizes(n, d, expansion=4, batch=1) -> None:
     check_number("expansion", expansion, 0.0, low_open=True)
 
 
+def check_lengths(ns) -> None:
+    """A list (any iterable but a string) of sequence lengths for the cost table."""
+    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
+        raise TypeError(f"ns must be a list of sequence lengths, got {type(ns).__name__}")
+
+
+def check_heads_divide(d_model, num_heads) -> None:
+    """Positive ``d_model`` and ``num_heads``, the first a multiple of the second."""
+    check_int("d_model", d_model)
+    check_int("num_heads", num_heads)
+    if d_model % num_heads:
+        raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+
+
+def check_levels(levels, level_type: type) -> None:
+    """A list of ``level_type`` (``cost.Level``, passed in: ``_checks`` imports nothing above it)."""
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, (list, tuple)) or \
+            not all(isinstance(level, level_type) for level in levels):
+        raise TypeError("levels must be a list of cost.Level (from rnn_levels or encoder_levels)")
+
+
 def check_trees(n_trees) -> int:
     """The number of trees B of a forest: an integer >= 1."""
     return check_int("n_trees (the number of trees B)", n_trees)

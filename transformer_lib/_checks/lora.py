@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .probes import check_module
 from .scalars import check_choice, check_int, check_number, check_str_list
 
 
@@ -49,8 +50,7 @@ def check_add_lora(model, rank, alpha, targets, dropout) -> tuple[str, ...]:
 
 def check_lora_model(model) -> None:
     """``model`` must be an ``nn.Module`` (the model to adapt, merge, save or load into)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_module(model)
 
 
 def check_chat_texts(**texts) -> None:

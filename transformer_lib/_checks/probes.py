@@ -9,10 +9,10 @@ from .scalars import check_int
 RECORD_ONLY = ("hook_pattern",)  # hook points whose value the model does not read back
 
 
-def check_module(model) -> None:
-    """``model`` must be an ``nn.Module``."""
+def check_module(model, name: str = "model") -> None:
+    """``model`` (or the argument ``name``) must be an ``nn.Module``."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        raise TypeError(f"{name} must be an nn.Module, got {type(model).__name__}")
 
 
 def check_module_names(model, names, what: str = "names") -> dict:

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from .._checks import check_bool, check_int
+from .._checks import check_bool, check_int, check_window_key_mask
 from .._extensions import Kernel
 from .patterns import FLEX_CPU_BLOCK_SIZE, FLEX_GPU_BLOCK_SIZE, _window_block_layout
 
@@ -75,9 +75,7 @@ def window_block_mask(L: int, window: int, causal: bool = False, key_mask: torch
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     check_bool("causal", causal)
-    if key_mask is not None and (not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool
-                                 or key_mask.dim() != 2 or key_mask.shape[1] != L):
-        raise ValueError(f"key_mask must be a boolean (B, {L}) tensor with True = real token")
+    check_window_key_mask(key_mask, L)
     return _window_block_mask(check_int("L", L), check_int("window", window) // 2, causal, key_mask, device,
                               _flex_block_size(device) if block_size is None else check_int("block_size", block_size))
 

@@ -12,7 +12,7 @@ import torch
 
 from ..attention import attention_fast
 from ..masks import layout_to_mask, longformer_mask
-from .._checks import check_choice, check_positions_list, check_sparse_call
+from .._checks import check_block_layout, check_choice, check_positions_list, check_sparse_call
 from .patterns import DEFAULT_BLOCK_SIZE
 from .window import window_attention
 
@@ -83,10 +83,8 @@ def block_sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la
     """
     B, H, L, key_mask = check_sparse_call(q, k, v, key_mask, False, scale, block_size=block_size)
     check_choice("kernel", kernel, ("auto", "blocked", "dense"))
+    check_block_layout(layout, L, block_size)
     nb = -(-L // block_size)
-    if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool or tuple(layout.shape) != (nb, nb):
-        got = (layout.dtype, tuple(layout.shape)) if isinstance(layout, torch.Tensor) else type(layout).__name__
-        raise ValueError(f"layout must be a boolean ({nb}, {nb}) tensor for L={L} and block_size={block_size}, got {got}")
     if kernel == "dense":
         mask = layout_to_mask(layout, block_size, L).to(q.device)  # (L, L)
         if key_mask is not None:

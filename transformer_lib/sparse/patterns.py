@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from ..masks import dilated_window_mask
-from .._checks import check_bool, check_int
+from .._checks import check_bool, check_dilations, check_int, check_mask_stack
 
 __all__ = ["band_score_count", "dilated_score_count", "blocked_score_count", "fused_score_count", "flex_score_count",
            "window_block_layout", "receptive_field", "gridding_holes",
@@ -153,16 +153,7 @@ def receptive_field(masks: Sequence[torch.Tensor]) -> torch.Tensor:
     with ``mask_l[i, j]``, so the reach composes as a boolean matrix product:
     ``reach = mask_L @ ... @ mask_2 @ mask_1`` (an entry is True when some path connects them).
     """
-    if isinstance(masks, torch.Tensor) or not isinstance(masks, (list, tuple)):
-        raise TypeError(f"masks must be a list of (L, L) boolean masks, first layer first, got {type(masks).__name__}")
-    if not masks:
-        raise ValueError("receptive_field needs at least one mask")
-    for m in masks:
-        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or m.dim() != 2 or m.shape[0] != m.shape[1]:
-            got = f"{m.dtype} {tuple(m.shape)}" if isinstance(m, torch.Tensor) else type(m).__name__
-            raise ValueError(f"each mask must be a square boolean (L, L) tensor, got {got}")
-        if m.shape != masks[0].shape:
-            raise ValueError(f"masks must share one shape, got {tuple(masks[0].shape)} and {tuple(m.shape)}")
+    check_mask_stack(masks)
     return _compose(masks)
 
 
@@ -182,10 +173,7 @@ def gridding_holes(L: int, dilations: Sequence[int], window: int) -> int:
     and the rightmost one it reaches that it does *not* reach. 0 for rates 1, 2, 4, 8; 8 for a
     rate 2 repeated four times (every odd offset is missing).
     """
-    if isinstance(dilations, (str, bytes)) or not isinstance(dilations, (list, tuple)):
-        raise TypeError(f"dilations must be a list of integers >= 1, got {type(dilations).__name__}")
-    if not dilations:
-        raise ValueError("gridding_holes needs at least one dilation")
+    check_dilations(dilations)
     reach = _compose([dilated_window_mask(L, window, d) for d in dilations])[L // 2]  # (L,)
     hit = reach.nonzero().flatten()
     return int(hit.max() - hit.min()) + 1 - int(reach.sum())
