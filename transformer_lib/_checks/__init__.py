@@ -6,7 +6,9 @@ their input and do not check again. A multi-head call therefore checks its mask 
 per layer of helpers it passes through.
 
 The rules live in one module per concept (``scalars``, ``tokens``, ``attention``, ``models``,
-``cost``, ``distributed``, ``quantization``, ...); import them from here.
+``cost``, ``distributed``, ``quantization``, ...); import them from here. This package is the
+ground floor: it imports nothing else from ``transformer_lib`` (a model or tokenizer is recognised
+by what the check reads from it; tests/test_imports.py holds this), so every module can use it.
 """
 from .scalars import check_int, check_probability, check_number, check_bool, check_choice, check_str_list  # noqa: F401
 from .tokens import check_tokens, check_token_ids, check_prompt_ids, check_id_list, check_logits, check_positions, check_text, check_chat_messages  # noqa: F401
@@ -24,4 +26,4 @@ from .lora import check_lora_linear, check_add_lora, check_lora_model  # noqa: F
 from .preference import check_sequence_logprobs_args, check_dpo_args, check_scores, check_training_args  # noqa: F401
 from .probes import check_module, check_module_names, check_patches, check_block_index, check_head_outputs  # noqa: F401
 
-__all__ = ['check_int', 'check_probability', 'check_number', 'check_bool', 'check_choice', 'check_str_list', 'check_tokens', 'check_token_ids', 'check_prompt_ids', 'check_id_list', 'check_logits', 'check_positions', 'check_text', 'check_chat_messages', 'check_floating', 'check_finite', 'check_qkv', 'check_mask', 'check_square_maps', 'check_self_attention_qkv', 'check_key_mask', 'check_sparse_call', 'check_positions_list', 'check_cache', 'check_cache_layer', 'check_sizes', 'check_trees', 'check_rho_sigma2', 'check_distributed_run', 'check_parallel_split', 'check_pipeline', 'check_quantization_args', 'check_matvec_input']
+__all__ = sorted(name for name in dir() if name.startswith("check_"))  # every rule imported above
