@@ -1,5 +1,7 @@
-"""Shared fixtures: devices (CUDA parametrizations skip cleanly without a GPU), seeding, and the
-hypothesis profiles.
+"""Shared fixtures: devices (CUDA parametrizations skip cleanly without a GPU), seeding, the
+hypothesis profiles, and each test's tier (see "tiers" below). This folder is on ``sys.path``
+(pytest puts a conftest's folder there), so helpers such as ``_servers.py`` import from any test
+folder.
 
 Hypothesis profiles: with ``CI`` set (CI runs ``.ci/run`` with CI=true) the "ci" profile is loaded:
 ``derandomize=True`` draws the same examples on every run, so a submission can never pass or fail
