@@ -174,7 +174,10 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True)
     centred = grouped - grouped.mean(1, keepdim=True)
     if scale:
         centred = centred / (grouped.std(1, keepdim=True) + 1e-4)
-    return centred.reshape(-1)  # (B,)
+    # a group of equal rewards teaches nothing: exactly 0 (its float mean can be an ulp off, and
+    # that ulp divided by 1e-4 would be an advantage of order 1e-4 pointing nowhere)
+    same = (grouped == grouped[:, :1]).all(1, keepdim=True)  # (groups, 1)
+    return centred.masked_fill(same, 0.0).reshape(-1)  # (B,)
 
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
