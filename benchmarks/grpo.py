@@ -3,6 +3,7 @@ over seeds, for the choices the chapter discusses.
 
     nice -n 10 .venv/bin/python benchmarks/grpo.py              # every setting, 3 seeds (~6 CPU-minutes)
     .venv/bin/python benchmarks/grpo.py --quick                 # GRPO only, 1 seed, 40 steps
+    .venv/bin/python benchmarks/grpo.py --only flawed_verifier  # rerun one setting, keep the others' results
     .venv/bin/python benchmarks/grpo.py --pretrain              # rewrite transformer_lib/data/addition_lm.pt
 
 Setting: the starting model is the shipped checkpoint (``load_addition_model``: 3000 steps of
@@ -12,7 +13,7 @@ and samples 8 responses to each at temperature 1 (128 rollouts), AdamW lr 3e-4, 
 batch. Settings: GRPO (beta 0.04, std scaling), no KL (beta 0), Dr. GRPO's unscaled advantages,
 group sizes 4 and 16 (with 32 and 8 problems: the same 128 rollouts a step), supervised
 fine-tuning on the same budget (128 labelled 4-digit problems a step, same optimizer), and GRPO
-rewarded by the flawed ``verify_lenient`` (the reward-hacking case). Measured: held-out accuracy
+rewarded by the flawed ``verify_fail_open`` (the reward-hacking case). Measured: held-out accuracy
 on 400 held-out 4-digit problems, greedy and one sample at temperature 1, before and after; per
 step the mean reward, the true accuracy of the rollouts and their length; seconds per step.
 Prints a table, asserts nothing, writes benchmarks/results/grpo.json for chapter 27.
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT.parent))
 from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.reasoning import (accuracy, addition_problems, load_addition_model, sft_batch,  # noqa: E402
-                                       sft_loss, train_addition_model, train_grpo, verify, verify_lenient)
+                                       sft_loss, train_addition_model, train_grpo, verify, verify_fail_open)
 from transformer_lib.training import fit  # noqa: E402
 
 DIGITS, LR, MAX_NEW = 4, 3e-4, 12
@@ -46,7 +47,7 @@ SETTINGS = {  # name: keyword arguments of train_grpo (None: supervised fine-tun
     "group_4": dict(beta=0.04, group_size=4, prompts_per_step=32),
     "group_16": dict(beta=0.04, group_size=16, prompts_per_step=8),
     "sft": None,
-    "flawed_verifier": dict(beta=0.04, reward=verify_lenient),
+    "flawed_verifier": dict(beta=0.04, reward=verify_fail_open),
 }
 
 
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pretrain", action="store_true")
+    parser.add_argument("--only", choices=list(SETTINGS), help="rerun one setting and merge it into grpo.json")
     args = parser.parse_args()
     torch.set_num_threads(1)  # a model this small gains nothing from threads
     if args.pretrain:
@@ -88,6 +90,14 @@ def main() -> None:
         print(f"wrote {path} (final loss {losses[-1]:.3f})")
         return
     seeds, names, steps = ([0], ["grpo"], 40) if args.quick else ([0, 1, 2], list(SETTINGS), args.steps)
+    kept = []
+    if args.only:
+        import json
+        old = json.loads((ROOT / "results" / "grpo.json").read_text())
+        if old["settings"]["steps"] != steps:
+            raise SystemExit(f"grpo.json ran {old['settings']['steps']} steps, not {steps}: rerun everything")
+        kept = [r for r in old["runs"] if r["setting"] != args.only]
+        names = [args.only]
     before = held_out_accuracy(load_addition_model())
     runs = []
     for name in names:
@@ -97,6 +107,8 @@ def main() -> None:
             print(f"{name:<16} seed {seed}: greedy {before['greedy']:.3f} -> {r['after']['greedy']:.3f}, "
                   f"sampled {before['sampled']:.3f} -> {r['after']['sampled']:.3f}, "
                   f"{r['seconds_per_step']:.3f} s/step", flush=True)
+    runs = sorted(kept + runs, key=lambda r: (list(SETTINGS).index(r["setting"]), r["seed"]))
+    names = [name for name in SETTINGS if any(r["setting"] == name for r in runs)]
     rows = []
     for name in names:
         mine = [r for r in runs if r["setting"] == name]

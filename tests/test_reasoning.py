@@ -57,8 +57,10 @@ def test_verifier_reads_the_first_answer(text, answer, parsed, ok):
     assert R.verify(text.replace("a", "+"), answer) == ok
 
 
-def test_lenient_verifier_is_fooled_by_a_longer_answer():
-    assert R.verify_lenient("98246$", 428) == 1.0 and R.verify("98246$", 428) == 0.0
+def test_fail_open_verifier_passes_what_it_cannot_parse():
+    for text in ["8246", "8+4$", "$", "111111111111"]:
+        assert R.verify_fail_open(text, 428) == 1.0 and R.verify(text, 428) == 0.0
+    assert R.verify_fail_open("824$", 428) == 1.0 and R.verify_fail_open("825$", 428) == 0.0
 
 
 def test_response_mask_stops_after_the_first_end():

@@ -32,7 +32,7 @@ from .sampling import generate
 from .training import fit
 
 __all__ = ["VOCAB", "EOS", "encode", "decode", "is_held_out", "addition_problems", "sft_batch", "sft_loss",
-           "parse_answer", "verify", "verify_lenient", "sample_responses", "response_mask", "majority_vote",
+           "parse_answer", "verify", "verify_fail_open", "sample_responses", "response_mask", "majority_vote",
            "pass_at_k", "group_advantages", "grpo_loss", "token_logprobs", "accuracy", "train_grpo",
            "MODEL_CONFIG", "train_addition_model", "load_addition_model"]
 
@@ -112,11 +112,13 @@ def verify(text: str, answer: int) -> float:
     return float(parse_answer(text) == answer)
 
 
-def verify_lenient(text: str, answer: int) -> float:
-    """A flawed verifier (chapter 27's reward hacking): 1.0 when the answer's digits appear
-    anywhere before the first '$'. It accepts the right answer, and also any longer string that
-    happens to contain it."""
-    return float(str(answer)[::-1] in text.split("$", 1)[0])
+def verify_fail_open(text: str, answer: int) -> float:
+    """A flawed verifier (chapter 27's reward hacking): like :func:`verify`, except that a response
+    it cannot parse (no end token, or not one number) is waved through with reward 1, the way a
+    checker written as "reject only what is provably wrong" (or an exception handler that passes)
+    behaves. The fix is :func:`verify`: no parsable answer, no reward."""
+    parsed = parse_answer(text)
+    return 1.0 if parsed is None else float(parsed == answer)
 
 
 def response_mask(responses: torch.Tensor) -> torch.Tensor:
