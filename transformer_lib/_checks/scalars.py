@@ -1,10 +1,16 @@
 """Numbers and flags: counts, sizes, rates, temperatures, choices among names."""
 from __future__ import annotations
 
+import torch
+
 
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> None:
-    """``value`` must be an integer (not a bool) in ``[low, high]``."""
+    """``value`` must be an integer (not a bool) in ``[low, high]``. A symbolic size while
+    ``torch.export`` traces (a ``torch.SymInt``, such as a prompt's length) counts as an integer:
+    its range is the exporter's to check, so an exported model keeps the checks of its forward."""
+    if isinstance(value, torch.SymInt):
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < low or \
             (high is not None and value > high):
         if high is not None:
