@@ -6,9 +6,9 @@ from pathlib import Path
 
 
 def check_export_args(model, path, tokenizer, opset: int) -> Path:
-    """A ``DecoderOnlyLM`` (any configuration: the graph is its own forward), a path ending in ``.onnx`` whose
-    folder exists, the model's own ``BPETokenizer`` (one token per row of the embedding) and an
-    ONNX opset in [18, 23]. Returns the path as a ``Path``."""
+    """A ``DecoderOnlyLM`` (any configuration: the graph is its own forward), a path ending in
+    ``.onnx`` whose folder exists, the model's own ``BPETokenizer`` (one token per row of the
+    embedding) and an ONNX opset in [18, 23]. Returns the path as a ``Path``."""
     from ..model import DecoderOnlyLM
     from ..tokenization import BPETokenizer
     from .scalars import check_int
