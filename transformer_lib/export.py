@@ -76,7 +76,8 @@ class ExportGraph(nn.Module):
 def export_config(model: DecoderOnlyLM, tokenizer) -> dict:
     """What the page needs besides the weights: sizes, and the tokenizer as ``to_json`` writes it."""
     return {"format": "transformer_lib.export/1", "vocab_size": model.embed.num_embeddings,
-            "context": _context_length(model), "num_layers": len(model.blocks), "num_heads": model.num_heads,
+            "context": _context_length(model), "num_layers": len(model.blocks),
+            "num_heads": model.blocks[0].self_attn.num_heads,  # query heads: one map each
             "d_model": model.embed.embedding_dim, "tokenizer": json.loads(tokenizer.to_json())}
 
 
