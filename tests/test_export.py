@@ -83,7 +83,14 @@ def test_graph_equals_the_model_in_torch(book_gpt):
     model, tok, _ = book_gpt
     graph = ExportGraph(model, export_config(model, tok)).eval()
     tokens = torch.tensor([tok.encode(PROMPTS[2])])
-    logits, attention, _ = graph(tokens)
+    calls = []  # the graph is one pass of the model's own forward: each block runs once
+    handles = [b.register_forward_hook(lambda m, a, o: calls.append(m)) for b in model.blocks]
+    try:
+        logits, attention, _ = graph(tokens)
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == list(model.blocks)
     torch.testing.assert_close(logits, model(tokens)[:, -1], rtol=0, atol=1e-5)
     torch.testing.assert_close(attention, reference_attention(model, tokens), rtol=0, atol=1e-6)
 
