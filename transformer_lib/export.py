@@ -13,11 +13,13 @@ model from chapter 16 must be able to replace the book's:
   constant. A reader's model brings its own tokenizer this way (chapter 16 trains one per run),
   and the page can never pair a model with the wrong vocabulary.
 
-:class:`ExportGraph` writes the forward pass of :class:`~transformer_lib.model.DecoderOnlyLM`
-out once more, block by block, because a block keeps no attention weights (the fast path never
-forms them): here each block's attention is called with ``need_weights=True`` so the weights
-become outputs of the graph. ``tests/test_export.py`` holds it equal to ``model(tokens)`` and
-the ONNX file equal to torch (onnxruntime, 1e-5).
+:class:`ExportGraph` runs the model's own forward, unchanged, so every configuration the
+model has (learned, sinusoidal, RoPE, ALiBi or no positions; grouped-query attention; Pre- or
+Post-LN) exports the same way. The attention weights leave through the blocks' ``hook_pattern``
+hook points: while the graph runs, a forward hook on each records what the block's attention
+passes it (a hooked point makes the attention form its weights, chapter 23), and the recorded maps
+become outputs. One forward pass, no copy of the model's code. ``tests/test_export.py`` holds the
+ONNX file equal to torch in onnxruntime for each positional scheme.
 
 The graph comes from ``torch.onnx.export(..., dynamo=True)``: ``torch.export`` traces the
 module with a symbolic length, so one file serves every prompt length.
@@ -35,16 +37,22 @@ import torch.nn as nn
 from ._checks.export import check_export_args, check_onnx_path
 from .model import DecoderOnlyLM
 
-__all__ = ["ExportGraph", "export_onnx", "read_config", "EXPORT_OUTPUTS"]
+__all__ = ["ExportGraph", "export_onnx", "read_config", "pattern_points", "EXPORT_OUTPUTS"]
 
 EXPORT_OUTPUTS = ("logits", "attention", "config")
 
 
+def pattern_points(model: DecoderOnlyLM) -> list[nn.Module]:
+    """Each block's ``hook_pattern`` hook point, first block first: where the weights are read."""
+    return [block.hook_pattern for block in model.blocks]
+
+
 class ExportGraph(nn.Module):
-    """``DecoderOnlyLM``'s forward with the attention weights as outputs.
+    """``DecoderOnlyLM``'s own forward with the attention weights as outputs.
 
     ``graph(tokens (B, L))`` -> ``(logits (B, V) of the last position, attention (B, N, H, L, L),
-    config (C,) uint8)``. The model must be in eval mode (no dropout); it is not copied.
+    config (C,) uint8)``. The model must be in eval mode (no dropout); it is not copied, and the
+    hooks that record the weights are registered only while ``forward`` runs.
     """
 
     def __init__(self, model: DecoderOnlyLM, config: dict):
@@ -54,38 +62,30 @@ class ExportGraph(nn.Module):
         self.register_buffer("config", blob, persistent=False)  # (C,)
 
     def forward(self, tokens: torch.Tensor):
-        m = self.model
-        L = tokens.shape[1]
-        x = m.embed(tokens)  # (B, L, D)
-        if m.pos is not None:
-            x = m.pos(x)  # + positions 0 .. L - 1
-        mask = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()  # (L, L), True = may attend
-        maps = []
-        for block in m.blocks:
-            if block.norm_first:  # Pre-LN: x + f(norm(x))
-                attended, weights = block.self_attn(block.norm1(x), mask=mask, need_weights=True)
-                x = x + attended
-                x = x + block.ffn(block.norm2(x))
-            else:  # Post-LN: norm(x + f(x))
-                attended, weights = block.self_attn(x, mask=mask, need_weights=True)
-                x = block.norm1(x + attended)
-                x = block.norm2(x + block.ffn(x))
-            maps.append(weights)  # (B, H, L, L)
-        last = x[:, -1]  # (B, D): only the next token is predicted
-        if m.norm is not None:
-            last = m.norm(last)
-        return m.head(last), torch.stack(maps, dim=1), self.config  # (B, V), (B, N, H, L, L), (C,)
+        maps = []  # one (B, H, L, L) per block, in the order the blocks run
+        handles = [point.register_forward_hook(lambda module, args, out: maps.append(out))
+                   for point in pattern_points(self.model)]
+        try:
+            logits = self.model(tokens)  # (B, L, V)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return logits[:, -1], torch.stack(maps, dim=1), self.config  # (B, V), (B, N, H, L, L), (C,)
 
 
 def export_config(model: DecoderOnlyLM, tokenizer) -> dict:
     """What the page needs besides the weights: sizes, and the tokenizer as ``to_json`` writes it."""
     return {"format": "transformer_lib.export/1", "vocab_size": model.embed.num_embeddings,
-            "context": _context_length(model), "num_layers": len(model.blocks), "num_heads": model.num_heads,
+            "context": _context_length(model), "num_layers": len(model.blocks),
+            "num_heads": model.blocks[0].self_attn.num_heads,  # query heads: one map each
             "d_model": model.embed.embedding_dim, "tokenizer": json.loads(tokenizer.to_json())}
 
 
 def _context_length(model: DecoderOnlyLM) -> int:
-    """The longest input: a learned table's rows (a sinusoidal table's too); 256 without positions."""
+    """The longest input: the model's ``max_len`` where it keeps one, else a learned or sinusoidal
+    table's rows; 256 for a model without a table (RoPE, ALiBi, none)."""
+    if isinstance(getattr(model, "max_len", None), int):
+        return model.max_len
     if model.pos is None:
         return 256
     return model.pos.max_len if hasattr(model.pos, "max_len") else model.pos.pe.shape[-2]
@@ -103,6 +103,8 @@ def export_onnx(model: DecoderOnlyLM, path, tokenizer, opset: int = 18) -> Path:
     model.eval().cpu()
     try:
         graph = ExportGraph(model, config).eval()
+        with torch.no_grad():  # one eager call at the full context fills any cached table (RoPE's
+            model(torch.zeros(1, config["context"], dtype=torch.long))  # cos/sin) for every length
         example = torch.zeros(1, 2, dtype=torch.long)  # (1, 2): any ids; the length is symbolic
         batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", max=config["context"])
         # the exporter reports each of its steps on stdout: kept out of the chapter's output

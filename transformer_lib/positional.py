@@ -119,10 +119,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
     permutation of the features, which a model folds into its W^Q and W^K (chapter 17)."""
     if style == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
-        out = torch.empty_like(x)
-        out[..., 0::2] = x_even * cos - x_odd * sin
-        out[..., 1::2] = x_even * sin + x_odd * cos
-        return out
+        pairs = (x_even * cos - x_odd * sin, x_even * sin + x_odd * cos)  # (..., L, d/2) each
+        return torch.stack(pairs, dim=-1).flatten(-2)  # (..., L, d/2, 2) -> (..., L, d): pairs side by side
     if style == "halves":
         x1, x2 = x.chunk(2, dim=-1)  # (..., L, d/2) each
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., L, d)

@@ -14,8 +14,13 @@ What lands in OUT_DIR:
 * ``explainer/classes.json``: the code-point ranges of ``\\p{L}``, ``\\p{N}`` and ``\\s`` as the
   ``regex`` module of the Python tokenizer sees them (see bpe.js: browsers differ);
 * ``explainer/ort/``: onnxruntime-web's WebAssembly build, installed from npm with ``npm ci``
-  from the committed package.json and package-lock.json (pinned; nothing from a CDN): the
-  single-threaded-capable SIMD .wasm, its loader and ``ort.wasm.min.js``.
+  from the committed package.json and package-lock.json (pinned; nothing from a CDN). The page
+  runs one thread (threads need cross-origin isolation, which a static host rarely gives), so it
+  ships the smallest build that does: ``ort.wasm-core.min.js`` (the WebAssembly backend without
+  the thread pool or the worker proxy) and the single-threaded SIMD ``ort-wasm-simd.wasm``. 1.18
+  is the last onnxruntime-web release with single-threaded builds (later ones ship only the
+  threaded .wasm, 14 MB, which a single-threaded page must still fetch); it runs ONNX opsets up to
+  21, and ``export_onnx`` writes 18.
 """
 from __future__ import annotations
 
@@ -31,8 +36,8 @@ __all__ = ["HERE", "ORT_VERSION", "ORT_FILES", "unicode_classes", "ensure_onnxru
 
 HERE = Path(__file__).resolve().parent
 ORT_VERSION = json.loads((HERE / "package.json").read_text())["dependencies"]["onnxruntime-web"]
-# onnxruntime-web's WebAssembly-only bundle: the script (global `ort`), the loader it imports, the .wasm
-ORT_FILES = ["ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"]
+# onnxruntime-web's single-threaded WebAssembly backend: the script (global `ort`) and the SIMD .wasm
+ORT_FILES = ["ort.wasm-core.min.js", "ort-wasm-simd.wasm"]
 PAGE_FILES = ["explainer.js", "bpe.js", "explainer.css"]
 CACHE = HERE / "cache"
 

@@ -142,6 +142,8 @@
       }
     }
     canvas.setAttribute("aria-label", "attention of layer " + (layer + 1) + ", head " + (head + 1) + " over " + L + " tokens");
+    drawAxes(result.ids, size);
+    drawScale();
     const tokens = $("explainer-tokens");
     tokens.replaceChildren(...result.ids.map((id, i) => {
       const span = document.createElement("code");
@@ -149,6 +151,34 @@
       span.title = "token " + (i + 1) + ", id " + id;
       return span;
     }));
+  }
+
+  // the axes: token q labels row q (left), token k labels column k (top), centred on it
+  function drawAxes(ids, size) {
+    const cell = size / ids.length, font = Math.max(4, Math.min(12, cell * 0.85));
+    const rows = $("explainer-rows"), cols = $("explainer-cols");
+    rows.style.height = size + "px"; cols.style.width = size + "px";
+    rows.style.fontSize = cols.style.fontSize = font + "px";
+    const label = (id, i, axis) => {
+      const c = document.createElement("code");
+      c.textContent = show(state.tok.piece(id));
+      c.title = (axis === "row" ? "query: token " : "key: token ") + (i + 1);
+      c.dataset.index = String(i);
+      if (axis === "row") Object.assign(c.style, { top: i * cell + "px", height: cell + "px", lineHeight: cell + "px" });
+      else Object.assign(c.style, { left: i * cell + "px", width: cell + "px", lineHeight: cell + "px" });
+      return c;
+    };
+    rows.replaceChildren(...ids.map((id, i) => label(id, i, "row")));
+    cols.replaceChildren(...ids.map((id, i) => label(id, i, "col")));
+  }
+
+  // the colour scale: weight 0 at the left end to 1 at the right, the map's own colours
+  function drawScale() {
+    const scale = $("explainer-scale"), g = scale.getContext("2d");
+    for (let x = 0; x < scale.width; x++) {
+      g.fillStyle = colour(x / (scale.width - 1));
+      g.fillRect(x, 0, 1, scale.height);
+    }
   }
 
   // the square under the pointer: which token attends to which, and with what weight
@@ -278,5 +308,6 @@
     },
     get tokenizer() { return state.tok; },
     get config() { return state.config; },
+    colour,
   };
 })();

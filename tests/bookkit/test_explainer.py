@@ -10,6 +10,9 @@ serves it from 127.0.0.1 (bookkit.browser.serve) and checks, against torch:
   prompts to 1e-4, and its attention maps equal the model's to 1e-5;
 * "Continue" with top-k 1 appends torch's greedy token; a seed gives the same continuation twice;
 * a reader's own exported model, picked with the file input, replaces the book's;
+* the attention map's rows and columns are labelled with the tokens (each label centred on its
+  row or column), and its colour scale runs from weight 0 to 1 in the map's own colours;
+* a first load fetches the single-threaded WebAssembly build only, each file once, under 12 MB;
 * every request goes to 127.0.0.1; the page fits 390 px without sideways scrolling and keeps
   4.5:1 contrast in dark mode.
 
@@ -235,10 +238,11 @@ def test_continue_is_greedy_at_top_k_1_and_reproducible_with_a_seed(browser, sit
 
 
 @torch.no_grad()
-def test_a_readers_own_model_replaces_the_books(browser, site, tmp_path):
+def test_a_readers_own_rope_model_replaces_the_books(browser, site, tmp_path):
     tok = BPETokenizer.train("the cat sat on the mat; the dog sat on the log. " * 30, 280)
     torch.manual_seed(3)
-    model = tl.DecoderOnlyLM(len(tok), d_model=32, num_heads=2, num_layers=3, max_len=32).eval()
+    # chapter 16's GPT trained with RoPE instead of a learned table: exported through its own forward
+    model = tl.DecoderOnlyLM(len(tok), d_model=32, num_heads=2, num_layers=3, max_len=32, positional="rope").eval()
     path = export_onnx(model, tmp_path / "my_gpt.onnx", tok)
     ctx, page, log = open_explainer(browser, site)
     try:
@@ -257,6 +261,87 @@ def test_a_readers_own_model_replaces_the_books(browser, site, tmp_path):
         page.set_input_files("#explainer-file", str(bad))
         page.wait_for_function("() => document.getElementById('explainer-status').textContent.includes('Could not use')")
         assert not log.problems, log.problems
+    finally:
+        ctx.close()
+
+
+# -- the attention map's axes and scale, the page's weight -------------------------------------
+
+AXES_JS = """() => {
+  const map = document.getElementById('explainer-attention').getBoundingClientRect();
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const labels = id => [...document.querySelectorAll('#' + id + ' code')].map(e => [e.textContent, box(e)]);
+  return {map: [map.left, map.top, map.right, map.bottom], rows: labels('explainer-rows'), cols: labels('explainer-cols')};
+}"""
+
+# the map's colour at weight w (read from its canvas) and the scale's colour at position w
+PIXELS_JS = """([q, k]) => {
+  const map = document.getElementById('explainer-attention'), L = window.explainer.ids.length;
+  const cell = map.width / L, g = map.getContext('2d');
+  const at = [...g.getImageData(Math.floor((k + 0.5) * cell), Math.floor((q + 0.5) * cell), 1, 1).data].slice(0, 3);
+  const scale = document.getElementById('explainer-scale'), s = scale.getContext('2d');
+  const end = x => [...s.getImageData(x, scale.height >> 1, 1, 1).data].slice(0, 3);
+  return {cell: at, low: end(0), high: end(scale.width - 1),
+          ticks: [...document.querySelectorAll('.ex-scale-tick')].map(e => e.textContent),
+          colour1: window.explainer.colour(1), colour0: window.explainer.colour(0)};
+}"""
+
+
+def test_both_axes_of_the_map_are_labelled_with_the_tokens(browser, site, book_gpt):
+    model, tok, _ = book_gpt
+    ctx, page, _ = open_explainer(browser, site)
+    try:
+        for text in (PROMPTS[0], PROMPTS[3]):
+            page.evaluate("t => window.explainer.update(t)", text)
+            shown = [tok.decode([i]).replace(" ", "\u2423").replace("\n", "\u21b5").replace("\t", "\u21e5")
+                     for i in tok.encode(text)]
+            got = page.evaluate(AXES_JS)
+            left, top, right, bottom = got["map"]
+            L = len(shown)
+            assert [t for t, _ in got["rows"]] == shown and [t for t, _ in got["cols"]] == shown, text
+            band = (bottom - top) / L
+            for q, (_, (l, t, r, b)) in enumerate(got["rows"]):  # row label q: left of the map, on row q
+                assert r <= left + 1 and abs((t + b) / 2 - (top + (q + 0.5) * band)) <= 1, (q, t, b)
+            band = (right - left) / L
+            for k, (_, (l, t, r, b)) in enumerate(got["cols"]):  # column label k: above the map, on column k
+                assert b <= top + 1 and abs((l + r) / 2 - (left + (k + 0.5) * band)) <= 1, (k, l, r)
+    finally:
+        ctx.close()
+
+
+def test_the_colour_scale_runs_from_weight_0_to_1_in_the_maps_colours(browser, site):
+    ctx, page, _ = open_explainer(browser, site)
+    try:
+        page.evaluate("t => window.explainer.update(t)", PROMPTS[0])
+        got = page.evaluate(PIXELS_JS, [0, 0])  # row 1 sees only itself: weight exactly 1
+        rgb = lambda s: [int(x) for x in s[4:-1].split(",")]  # noqa: E731
+        assert got["ticks"] == ["0", "1"]
+        assert got["high"] == rgb(got["colour1"]) == got["cell"], got
+        assert got["low"] == rgb(got["colour0"]), got
+        assert sum(got["low"]) > sum(got["high"]) + 300, "weight 0 must be light and weight 1 dark"
+    finally:
+        ctx.close()
+
+
+def test_first_load_fetches_the_single_threaded_build_only(browser, site):
+    """Bytes fetched on a first load (empty cache): the page, its scripts, the model and the
+    single-threaded WebAssembly, each once. The threaded build it replaced made this ~15 MB."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    fetched = []
+    page.on("requestfinished", lambda r: fetched.append((r.url, r.sizes()["responseBodySize"])))
+    try:
+        page.goto(f"{site}/explainer.html", wait_until="load")
+        page.evaluate("() => window.explainer.ready")
+        page.wait_for_load_state("networkidle")
+        total = sum(size for _, size in fetched)
+        print(f"\nfirst load: {len(fetched)} requests, {total / 1e6:.2f} MB")
+        wasm = [u for u, _ in fetched if u.endswith(".wasm")]
+        assert [u.rsplit("/", 1)[1] for u in wasm] == ["ort-wasm-simd.wasm"], wasm
+        assert not [u for u, _ in fetched if "thread" in u or "worker" in u or "jsep" in u]
+        assert len({u for u, _ in fetched}) == len(fetched), "a file was fetched twice"
+        # the SIMD .wasm (10.6 MB), the model with its tokenizer (~1 MB), ~0.15 MB of page and script
+        assert total <= 12e6, f"the first load fetched {total / 1e6:.2f} MB"
     finally:
         ctx.close()
 

@@ -226,6 +226,52 @@ def test_no_page_ends_in_an_empty_framed_box(page_images):
     assert not bad, f"pages ending in an empty framed box (page, height at 30 dpi): {bad[:10]}"
 
 
+def blank_pages(texts: list[str], images: list, margin_mm: dict) -> list[int]:
+    """1-based numbers of the pages with nothing printed on them but the footer: no text besides
+    the footer line (pypdf or pdftotext) and no ink inside the margins (a pdftoppm image at 30
+    dpi: no pixel darker than 245 of 255, the paper's white being 255)."""
+    dpi = 30
+    px = dpi / 25.4
+    blank = []
+    for n, (text, path) in enumerate(zip(texts, images)):
+        words = [l for l in text.splitlines() if l.strip() and "version" not in l]  # the footer names it
+        if words:
+            continue
+        img = _read_pgm(path)
+        top, bottom = round(margin_mm["top"] * px), round(margin_mm["bottom"] * px)
+        left, right = round(margin_mm["left"] * px), round(margin_mm["right"] * px)
+        if not (img[top:img.shape[0] - bottom, left:img.shape[1] - right] < 245).any():
+            blank.append(n + 1)
+    return blank
+
+
+def test_blank_page_detector_on_drawn_pages(tmp_path):
+    import numpy as np
+    margins = {"top": 16.0, "bottom": 16.0, "left": 14.0, "right": 14.0}
+
+    def pgm(img):
+        path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.pgm"
+        path.write_bytes(b"P5\n%d %d\n255\n" % (img.shape[1], img.shape[0]) + img.tobytes())
+        return path
+
+    paper = np.full((351, 248), 255, np.uint8)
+    footer = paper.copy(); footer[340:345, 100:150] = 0   # the page number, in the bottom margin
+    figure = paper.copy(); figure[40:300, 60:180] = 90     # a turned figure: ink, no text
+    images = [pgm(footer), pgm(figure), pgm(paper)]
+    texts = ["Transformers · version 1 · 3 / 9", "", "x = 1"]
+    assert blank_pages(texts, images, margins) == [1]
+
+
+def test_no_page_is_blank(pdf, page_images):
+    """Two blank pages once stood before a turned figure and before "Writing a chapter": a forced
+    page break right after another (or after a page that was already full) leaves an empty page."""
+    from bookkit.pdf import MARGIN_MM
+    _, texts = pdf
+    assert len(page_images) == len(texts)
+    blank = blank_pages(texts, page_images, MARGIN_MM)
+    assert not blank, f"blank pages: {blank}"
+
+
 SCREEN_LABEL = re.compile(r"^\s*(?:(?:Show|Hide) (?:code cell (?:source|output|content)|solution)|Static version: \d+)",
                           re.M)
 

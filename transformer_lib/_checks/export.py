@@ -6,13 +6,10 @@ from pathlib import Path
 
 from .scalars import check_int
 
-EXPORTABLE_POSITIONAL = ("learned", "sinusoidal", "none")
-
 
 def check_export_args(model, path, tokenizer, opset: int) -> Path:
-    """A ``DecoderOnlyLM`` with a positional scheme the graph supports (learned, sinusoidal or
-    none: RoPE and ALiBi would need their own export code), a path ending in ``.onnx`` whose
-    folder exists, the model's own ``BPETokenizer`` (one token per row of the embedding) and an
+    """A ``DecoderOnlyLM`` (any configuration: the graph is its own forward), a path ending in
+    ``.onnx`` whose folder exists, the model's own ``BPETokenizer`` (one token per row of the embedding) and an
     ONNX opset in [18, 23]. Returns the path as a ``Path``.
 
     The model and the tokenizer are recognised by what the export reads from them (a positional
@@ -20,9 +17,6 @@ def check_export_args(model, path, tokenizer, opset: int) -> Path:
     nothing above it."""
     if not (hasattr(model, "positional") and hasattr(model, "embed") and hasattr(model, "blocks")):
         raise TypeError(f"model must be a DecoderOnlyLM (chapter 16's GPT), got {type(model).__name__}")
-    if model.positional not in EXPORTABLE_POSITIONAL:
-        raise ValueError(f"model's positional scheme must be one of {EXPORTABLE_POSITIONAL} to be exported, "
-                         f"got {model.positional!r}")
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a str or Path ending in .onnx, got {type(path).__name__}")
     path = Path(path)

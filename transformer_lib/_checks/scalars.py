@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import numbers
 
+import torch
+
 
 def check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
     """``value`` must be an integer (a Python or NumPy integer, not a bool) in ``[low, high]``;
     returned as an int. The one rule for every count, size and index. A non-number is a
     TypeError; a bool, a fraction or a value out of range a ValueError (2.5 trees, or True layers,
-    are values a caller meant as numbers)."""
+    are values a caller meant as numbers). A symbolic size while ``torch.export`` traces (a
+    ``torch.SymInt``, such as a prompt's length) passes as it is: its range is the exporter's to
+    check, so an exported model keeps the checks of its forward."""
+    if isinstance(value, torch.SymInt):
+        return value
     if not isinstance(value, numbers.Number):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low or \
