@@ -40,7 +40,6 @@ from .attention import attention_fast, scaled_dot_product_attention
 from .cost import block_flops, block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
-from .grouped_query import GroupedQueryAttention
 from .kv_cache import KVCache, cache_bytes_per_token
 from .layers import DecoderLayer, EncoderLayer
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,
