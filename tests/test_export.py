@@ -51,9 +51,9 @@ def reference_attention(model, tokens: torch.Tensor) -> torch.Tensor:
     for block in model.blocks:
         h = block.norm1(x) if block.norm_first else x
         attn = block.self_attn
-        q = attn.q_proj(h).view(*h.shape[:2], attn.num_heads, attn.d_k).transpose(1, 2)  # (B, H, L, d_k)
-        k = attn.k_proj(h).view(*h.shape[:2], attn.num_heads, attn.d_k).transpose(1, 2)  # (B, H, L, d_k)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(attn.d_k)  # (B, H, L, L)
+        q = attn.q_proj(h).view(*h.shape[:2], attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, H, L, d_k)
+        k = attn.k_proj(h).view(*h.shape[:2], attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, H, L, d_k)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(attn.head_dim)  # (B, H, L, L)
         maps.append(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))
         x = block(x, causal)  # the library's block moves the stream on
     return torch.stack(maps, dim=1)  # (B, N, H, L, L)

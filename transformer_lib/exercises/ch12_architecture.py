@@ -8,12 +8,6 @@ from ..sampling import generate
 from ._core import compare_function, compare_value, exercise, seed_cpu, to_int
 
 
-def greedy_decode(model: Seq2SeqTransformer, src: torch.Tensor, bos_id: int, max_len: int) -> torch.Tensor:
-    """The library's greedy decoding of ``src``: (B, max_len) tokens after a BOS column (dropped)."""
-    bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    return generate(model.conditioned_on(src), bos, max_len)[:, 1:]
-
-
 def _random_layers():
     seed_cpu(0)  # the init draws from the global CPU generator (restored after every check)
     layers = [EncoderLayer(d, h, f).eval() for d, h, f in ((8, 2, 16), (16, 4, 24), (32, 4, 64))]
@@ -61,5 +55,5 @@ def _check_greedy(answer):
     g = torch.Generator().manual_seed(2)
     cases = [(model, torch.randint(3, 11, (b, n), generator=g), 1, m) for b, n, m in ((1, 4, 4), (3, 6, 5))]
     with torch.no_grad():
-        return compare_function(answer, lambda m, s, b, n: greedy_decode(m, s, b, n), cases,
+        return compare_function(answer, lambda m, s, b, n: generate(m.conditioned_on(s), torch.full((len(s), 1), b), n)[:, 1:], cases,
                                 what="decoded tokens", atol=0)

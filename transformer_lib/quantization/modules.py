@@ -14,8 +14,8 @@ Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is)
 and x's rounding adds its own small error; prefill stays float32 either way).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
-for the input and multiplied as the output head. A model that writes its head as
-``x @ self.embed.weight.T`` (:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) gets from
+for the input and multiplied as the output head (a tied ``DecoderOnlyLM`` head is that same
+:class:`QuantizedLinear`). A model that writes its head as ``x @ self.embed.weight.T`` gets from
 ``.weight`` a :class:`QuantizedWeight`, a small tensor-like object (PyTorch's
 ``__torch_function__`` protocol) that turns that product into a kernel call.
 """
@@ -163,8 +163,7 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
     or 4 (asymmetric, q4_1), in place, and return the model. Its embedding is quantized too when it
     is tied to the output head: when a linear layer shares its weight (``DecoderOnlyLM``), or when
-    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``, as in
-    ``LlamaDecoder``). Untied embeddings, norms and biases stay float32. Layers whose input width
+    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay float32. Layers whose input width
     ``group_size`` does not divide raise a ValueError before anything is replaced. ``activations``:
     see :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
     :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
