@@ -350,3 +350,28 @@ def test_hook_z_and_hook_pattern_match_transformer_lens():
                                    atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(ours[f"blocks.{i}.hook_attn_out"], cache[f"blocks.{i}.hook_attn_out"],
                                    atol=1e-5, rtol=1e-4)
+
+
+def test_every_block_family_has_the_same_hook_points():
+    """Issue 39: the reader's GPT, SmolLM2's configuration, MiniLM's encoder and both stacks of the
+    encoder-decoder name their hook points alike, and each sees its (B, L, ...) tensor."""
+    from transformer_lib.layers import HOOK_POINTS
+    families = [(name, model, inputs) for name, model, inputs, _, _ in _families()
+                if name.split(" (")[0] in ("the reader's GPT", "encoder-decoder", "SmolLM2's configuration",
+                                           "MiniLM's encoder")]
+    assert len(families) == 5
+    for name, model, inputs in families:
+        seen = {}
+        handles = [getattr(block, h).register_forward_hook(
+            lambda m, args, out, key=(i, h): seen.__setitem__(key, out)) for i, block in enumerate(model.blocks)
+            for h in HOOK_POINTS]
+        try:
+            with torch.no_grad():
+                model.eval()(*inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        assert set(seen) == {(i, h) for i in range(len(model.blocks)) for h in HOOK_POINTS}, name
+        for i in range(len(model.blocks)):
+            assert seen[i, "hook_z"].shape[2] == 4 and seen[i, "hook_pattern"].shape[1] == 4, name
+            assert seen[i, "hook_attn_out"].shape == seen[i, "hook_resid_post"].shape, name

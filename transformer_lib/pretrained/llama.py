@@ -42,6 +42,15 @@ class LlamaConfig:
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
 
+    def model_kwargs(self) -> dict:
+        """The keyword arguments of :class:`~transformer_lib.model.DecoderOnlyLM` that build this
+        model: the sizes, and :data:`~transformer_lib.model.LLAMA_SWITCHES` (chapter 17 lists the
+        ones that differ from chapter 16's GPT)."""
+        return dict(vocab_size=self.vocab_size, d_model=self.d_model, num_heads=self.num_heads,
+                    num_layers=self.num_layers, d_ff=self.d_ff, max_len=self.context_length,
+                    num_kv_heads=self.num_kv_heads, rope_base=self.rope_base, norm_eps=self.norm_eps,
+                    **dict(LLAMA_SWITCHES, rotary_style=self.rotary_style))
+
     @classmethod
     def from_gguf(cls, meta: dict) -> "LlamaConfig":
         arch = meta.get("general.architecture")
@@ -65,10 +74,7 @@ def llama_decoder(cfg: LlamaConfig) -> DecoderOnlyLM:
     """The :class:`~transformer_lib.model.DecoderOnlyLM` of ``cfg``: chapter 16's GPT with
     :data:`~transformer_lib.model.LLAMA_SWITCHES` (random weights; build it under
     ``torch.device("meta")`` and load a state dict to skip their initialization)."""
-    switches = dict(LLAMA_SWITCHES, rotary_style=cfg.rotary_style)
-    return DecoderOnlyLM(cfg.vocab_size, d_model=cfg.d_model, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
-                         d_ff=cfg.d_ff, max_len=cfg.context_length, num_kv_heads=cfg.num_kv_heads,
-                         rope_base=cfg.rope_base, norm_eps=cfg.norm_eps, **switches)
+    return DecoderOnlyLM(**cfg.model_kwargs())
 
 
 # GGUF tensor name in block i -> the name in DecoderOnlyLM's block i
