@@ -45,7 +45,7 @@ def main() -> None:
     prompts = C.IOI_PROMPTS[:4] if args.quick else C.IOI_PROMPTS
     clean, corrupted, io, s = C.ioi_batch(tok, prompts)
     B, L = clean.shape
-    n, H = len(model.blocks), model.cfg.num_heads
+    n, H = len(model.blocks), lm.config.num_heads
 
     with torch.no_grad():
         clean_ld = C.logit_difference(model(clean), io, s)

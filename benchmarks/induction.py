@@ -115,7 +115,7 @@ def smollm2_table(top: int = 10) -> dict:
     lm = load_smollm2(device="cpu")
     model = lm.model.eval()
     half = 50
-    tokens, in_context = ind.repeated_random_tokens(8, 2 * half, model.cfg.vocab_size, None,
+    tokens, in_context = ind.repeated_random_tokens(8, 2 * half, lm.config.vocab_size, None,
                                                     torch.Generator().manual_seed(23), low=1000)
     patterns = ind.attention_patterns(model, tokens)  # (30, B, 9, L, L)
     scores = ind.induction_scores(patterns, half)  # (30, 9)
@@ -124,7 +124,7 @@ def smollm2_table(top: int = 10) -> dict:
     with torch.no_grad():
         clean = float(ind.in_context_loss(model(tokens), tokens, in_context))
         first_half = float(torch.nn.functional.cross_entropy(
-            model(tokens)[:, :half - 1].reshape(-1, model.cfg.vocab_size), tokens[:, 1:half].reshape(-1)))
+            model(tokens)[:, :half - 1].reshape(-1, lm.config.vocab_size), tokens[:, 1:half].reshape(-1)))
 
     def ablate(heads):
         by_layer: dict[int, list[int]] = {}

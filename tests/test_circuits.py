@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import transformer_lib as tl
 from transformer_lib import circuits as C
-from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
+from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
 
 ATOL = 1e-5
 V = 23
@@ -27,7 +27,7 @@ def _llama():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=V, d_model=24, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=32,
                       context_length=32)
-    return LlamaDecoder(cfg).eval()
+    return llama_decoder(cfg).eval()
 
 
 def _gpt():
@@ -60,7 +60,7 @@ def _by_hand(model, tokens):
     L = tokens.shape[1]
     states = []
     for i, block in enumerate(model.blocks):
-        x = block(x) if isinstance(model, LlamaDecoder) else block(x, tl.causal_mask(L, L))
+        x = block(x, causal=True)
         states.append(x)
     return states
 
@@ -123,7 +123,7 @@ def test_residual_sweep_agrees_with_patching_by_hand_and_is_zero_before_the_corr
     if getattr(model, "pos", None) is not None:
         x = model.pos(x)
     for i, block in enumerate(model.blocks):
-        x = block(x) if isinstance(model, LlamaDecoder) else block(x, tl.causal_mask(L, L))
+        x = block(x, causal=True)
         if i == 1:
             x = x.clone()
             x[:, 4] = clean_states[1][:, 4]
@@ -187,7 +187,7 @@ def test_direct_logit_attributions_add_up_to_the_logit_difference(model):
     total = d["embed"] + d["attn"].sum(0) + d["ffn"].sum(0) + d["bias"]
     assert torch.allclose(total, d["logit_difference"], atol=1e-4)
     assert torch.allclose(d["logit_difference"], C.logit_difference(model(tokens), right, wrong), atol=ATOL)
-    attn = model.blocks[1].attn if isinstance(model, LlamaDecoder) else model.blocks[1].self_attn
+    attn = model.blocks[1].self_attn
     # head 2 of block 1, by hand
     with tl.probes.record_activations(model, ["blocks.1.hook_z", f"blocks.{len(model.blocks) - 1}"]) as seen:
         model(tokens)

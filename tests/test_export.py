@@ -60,8 +60,7 @@ def reference_attention(model, tokens: torch.Tensor) -> torch.Tensor:
     for block in model.blocks:
         h = block.norm1(x) if block.norm_first else x
         attn = block.self_attn
-        d = getattr(attn, "head_dim", None) or attn.d_k
-        kv_heads = getattr(attn, "num_kv_heads", attn.num_heads)
+        d, kv_heads = attn.head_dim, attn.num_kv_heads
         q = attn.q_proj(h).view(*h.shape[:2], attn.num_heads, d).transpose(1, 2)  # (B, H, L, d)
         k = attn.k_proj(h).view(*h.shape[:2], kv_heads, d).transpose(1, 2)  # (B, H_kv, L, d)
         k = k.repeat_interleave(attn.num_heads // kv_heads, dim=1)  # (B, H, L, d)

@@ -1,7 +1,7 @@
 """The key/value cache (chapter 17): its bookkeeping, its bad inputs, and the property every decoder
 of the library must have with it: a prompt, then one token at a time, gives the logits of one full
 forward pass, for every positional scheme of ``DecoderOnlyLM`` (learned, sinusoidal, RoPE, ALiBi,
-none), for SmolLM2's ``LlamaDecoder`` and for the seq2seq decoder side.
+none), for SmolLM2's configuration of ``DecoderOnlyLM`` and for the seq2seq decoder side.
 
 Tolerance: float32 logits of O(1-10) from models of width <= 32 and <= 3 blocks; the cached and the
 full pass differ only in the order of the attention sums (the fast SDPA path over a different
@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
 from transformer_lib.kv_cache import KVCache, cache_bytes_per_token, step_times
-from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
+from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
 
 ATOL = 1e-5
 SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "none"]
@@ -42,6 +42,11 @@ def test_kv_cache_bookkeeping_and_bad_input():
         cache.update(0, k, k[..., :2])
     with pytest.raises(ValueError):
         cache.update(0, torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))  # 3 heads into a 2-head cache
+    for bad_index in (torch.tensor([0, 1]), torch.tensor([-1]), torch.tensor([0.0]), [0]):  # batch is 1
+        with pytest.raises(ValueError, match="index"):  # issue 40: [0, 1] was torch's IndexError
+            cache.reorder(bad_index)
+    cache.reorder(torch.tensor([0, 0]))  # two beams from row 0
+    assert cache.keys[0].shape[0] == 2
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError):
             KVCache(bad)
@@ -110,7 +115,7 @@ def test_llama_decoder_and_seq2seq_decoder_have_the_same_cache_property():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=19, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24,
                       rope_base=100.0, context_length=32)
-    llama = LlamaDecoder(cfg).eval()
+    llama = llama_decoder(cfg).eval()
     tokens = torch.randint(0, 19, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(_in_steps(llama, tokens, 4), llama(tokens), atol=ATOL, rtol=0)
@@ -140,26 +145,13 @@ def test_a_cache_for_another_number_of_layers_is_refused_before_anything_runs(la
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=7, d_model=16, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=24,
                       context_length=8)
-    for model in (_gpt("rope"), LlamaDecoder(cfg).eval()):
+    for model in (_gpt("rope"), llama_decoder(cfg).eval()):
         cache = KVCache(layers)
         with pytest.raises(ValueError, match=f"cache was built for {layers} layers but the model has 3"):
             model(torch.zeros(1, 2, dtype=torch.long), cache=cache)
         assert cache.lengths == [0] * layers
     with pytest.raises(TypeError, match="cache must be a KVCache"):
         _gpt("rope")(torch.zeros(1, 2, dtype=torch.long), cache={"keys": []})
-
-
-def test_llama_context_length_counts_the_cached_tokens():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=7, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24,
-                      context_length=8)
-    model = LlamaDecoder(cfg).eval()
-    cache = model.new_cache()
-    with torch.no_grad():
-        model(torch.zeros(1, 6, dtype=torch.long), cache=cache)
-        with pytest.raises(ValueError, match="9 positions exceed the context length 8"):
-            model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
-    assert cache.length == 6  # refused before any layer appended
 
 
 def test_multihead_cache_is_for_self_attention_and_checks_the_mask_first():

@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
+from transformer_lib.sampling import generate
 
 ATOL = 1e-5
 
@@ -20,7 +21,7 @@ def test_decoder_only_lm_is_causal(positional, norm):
     a, b = lm(x), lm(y)
     assert torch.allclose(a[:, :6], b[:, :6], atol=ATOL)
     assert not torch.allclose(a[:, 6:], b[:, 6:], atol=ATOL)
-    assert lm.generate(x[:, :3], 4).shape == (2, 7)
+    assert generate(lm, x[:, :3], 4).shape == (2, 7)
 
 
 def test_seq2seq_parallel_and_incremental_decoding_agree():
@@ -33,8 +34,8 @@ def test_seq2seq_parallel_and_incremental_decoding_agree():
     for t in range(1, 6):
         prefix_logits = model.decode(tgt_in[:, :t], memory)
         assert torch.allclose(prefix_logits[:, -1], full[:, t - 1], atol=1e-5)
-    out = model.greedy_decode(src, bos_id=1, max_len=4)
-    assert out.shape == (2, 4)
+    out = generate(model.conditioned_on(src), torch.full((2, 1), 1), 4)  # BOS, then 4 greedy tokens
+    assert out.shape == (2, 5)
 
 
 def test_seq2seq_blocks_list_both_stacks_encoder_first():
@@ -47,6 +48,10 @@ def test_seq2seq_blocks_list_both_stacks_encoder_first():
 @pytest.mark.parametrize("call, message", [
     (lambda: tl.Transformer(8, 2, 1, 1, 16)(torch.randn(2, 3, 8), torch.randn(3, 3, 8)), "batch sizes differ"),
     (lambda: tl.DecoderOnlyLM(10, positional="xyz"), "positional"),
+    (lambda: tl.DecoderOnlyLM(10, init_std=-0.02), "init_std"),  # issue 40: was torch's RuntimeError
+    (lambda: tl.DecoderOnlyLM(10, init_std=0.0), "init_std"),
+    (lambda: tl.DecoderOnlyLM(10, norm_eps=0.0), "norm_eps"),
+    (lambda: tl.DecoderOnlyLM(10, num_heads=4, num_kv_heads=3), "num_kv_heads"),
 ])
 def test_bad_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):

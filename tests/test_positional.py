@@ -211,6 +211,9 @@ def test_learned_positions_have_a_hard_limit():
     (lambda: tl.RotaryEmbedding(8, base=-1.0), "base"),
     (lambda: tl.apply_rotary(torch.randn(3, 8), torch.arange(3), base=0.0), "base"),
     (lambda: tl.apply_rotary(torch.randn(3, 8), torch.tensor([0.0, 1.5, 2.0])), "integers"),  # not rounded
+    (lambda: tl.apply_rotary(torch.randn(3, 8), torch.arange(4)), "positions"),  # issue 40: was torch's RuntimeError
+    (lambda: tl.apply_rotary(torch.randn(2, 3, 8), torch.arange(2)), "positions"),
+    (lambda: tl.apply_rotary(torch.randn(3, 8), torch.arange(3)[None]), "positions"),
     (lambda: tl.RotaryEmbedding(8)(torch.randn(1, 3, 8), offset=1.5), "offset"),
     (lambda: tl.LearnedPositionalEmbedding(8, 4)(torch.zeros(1, 2, 4), offset=-1), "offset"),
     (lambda: tl.SinusoidalPositionalEncoding(8)(torch.zeros(1, 2, 8), offset=0.5), "offset"),

@@ -226,6 +226,8 @@ def test_bad_text_inputs(lm):
         lm.encode(["fine", None])
     with pytest.raises(ValueError, match="batch_size"):
         lm.encode(["fine"], batch_size=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        lm.encode(["fine"], batch_size=2.5)  # issue 40: was Python's "'float' object cannot be interpreted"
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
@@ -255,9 +257,9 @@ def test_model_dir_without_files(tmp_path):
 def test_chapter_checkers_pass_the_library_and_reject_wrong_answers(name):
     def head_weights(layer, x, head):
         a = layer.self_attn
-        cols = slice(head * a.d_k, (head + 1) * a.d_k)
-        q, k = a.q_proj(x)[:, cols], a.k_proj(x)[:, cols]  # (L, d_k) each
-        return torch.softmax(q @ k.T / a.d_k ** 0.5, dim=-1)
+        cols = slice(head * a.head_dim, (head + 1) * a.head_dim)
+        q, k = a.q_proj(x)[:, cols], a.k_proj(x)[:, cols]  # (L, head_dim) each
+        return torch.softmax(q @ k.T / a.head_dim ** 0.5, dim=-1)
 
     right = {"heads.mean_pool": mean_pool, "heads.cosine_matrix": cosine_matrix,
              "heads.previous_token_score": lambda A: diagonal_score(A, -1),

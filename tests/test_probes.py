@@ -11,7 +11,7 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib.pretrained import BertEncoder, MiniLMConfig
-from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
+from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
 from transformer_lib.probes import record_attention
 from transformer_lib.toy_models import LookupModel, TokenClassifier, TransformerClassifier
 
@@ -28,11 +28,11 @@ def _families():
     src, tgt = torch.randint(3, 17, (2, 6)), torch.randint(3, 17, (2, 5))
     return [
         ("multi-head (MultiHeadAttention)", tl.MultiHeadAttention(16, 4), (torch.randn(2, 7, 16),), 1, 4),
-        ("grouped-query (GroupedQueryAttention)", tl.GroupedQueryAttention(16, 4, 2), (torch.randn(2, 7, 16),), 1, 4),
+        ("grouped-query (MultiHeadAttention, 2 key/value heads)", tl.MultiHeadAttention(16, 4, 2), (torch.randn(2, 7, 16),), 1, 4),
         ("the reader's GPT (DecoderOnlyLM, RoPE)", tl.DecoderOnlyLM(17, 16, 4, 3, positional="rope"), (tokens,), 3, 4),
         ("the reader's GPT (DecoderOnlyLM, ALiBi)", tl.DecoderOnlyLM(17, 16, 4, 2, positional="alibi"), (tokens,), 2, 4),
         ("encoder-decoder (Seq2SeqTransformer)", tl.Seq2SeqTransformer(17, 17, 16, 4, d_ff=32), (src, tgt), 2 + 2 * 2, 4),
-        ("SmolLM2's blocks (LlamaDecoder)", LlamaDecoder(llama_cfg), (tokens,), 2, 4),
+        ("SmolLM2's configuration (DecoderOnlyLM)", llama_decoder(llama_cfg), (tokens,), 2, 4),
         ("MiniLM's encoder (BertEncoder)", BertEncoder(bert_cfg), (tokens, torch.ones(2, 7)), 2, 4),
         ("toy model (LookupModel)", LookupModel(vocab_size=17, max_len=12, d_model=16), (tokens,), 2, 4),
         ("toy model (TokenClassifier)", TokenClassifier(17, 3, d_model=16), (tokens,), 2, 4),
@@ -76,7 +76,7 @@ def test_grouped_query_records_its_causal_mask_and_its_cached_keys():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=17, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24,
                       context_length=32)
-    model = LlamaDecoder(cfg).eval()
+    model = llama_decoder(cfg).eval()
     tokens = torch.randint(0, 17, (1, 6))
     cache = model.new_cache()
     with torch.no_grad(), record_attention(model, weights=True) as calls:
@@ -95,10 +95,10 @@ def _two_decoders():
     gpt = tl.DecoderOnlyLM(17, 16, 4, 3, positional="rope").eval()
     cfg = LlamaConfig(vocab_size=17, d_model=16, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=24,
                       context_length=32)
-    return {"DecoderOnlyLM": gpt, "LlamaDecoder": LlamaDecoder(cfg).eval()}
+    return {"DecoderOnlyLM": gpt, "llama": llama_decoder(cfg).eval()}
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_blocks_i_is_the_residual_stream_after_block_i_in_both_decoders(name):
     from transformer_lib.probes import patch_activations, record_activations
     model = _two_decoders()[name]
@@ -107,10 +107,10 @@ def test_blocks_i_is_the_residual_stream_after_block_i_in_both_decoders(name):
         with record_activations(model, ["blocks.0", "blocks.2"]) as acts:
             logits = model(tokens)
         x = model.embed(tokens)  # (B, L, D); both use RoPE inside attention, no added positions
-        by_hand = model.blocks[0](x, mask=tl.causal_mask(6)) if name == "DecoderOnlyLM" else model.blocks[0](x)
+        by_hand = model.blocks[0](x, mask=tl.causal_mask(6))
         torch.testing.assert_close(acts["blocks.0"], by_hand, atol=1e-6, rtol=0)  # (B, L, D) after block 0
         last = model.norm(acts["blocks.2"])  # the final norm, then the (tied) output matrix
-        head = model.head(last) if name == "DecoderOnlyLM" else last @ model.embed.weight.T
+        head = last @ model.embed.weight.T  # tied: the head is the embedding's transpose in both
         torch.testing.assert_close(head, logits, atol=1e-5, rtol=0)
         with patch_activations(model, {"blocks.0": acts["blocks.0"]}):  # patching in its own value
             assert torch.equal(model(tokens), logits)
@@ -131,23 +131,22 @@ def test_blocks_i_is_the_residual_stream_after_block_i_in_both_decoders(name):
 
 # -- the hook points: the same names on both decoders (issue #29) --------------------------------------
 
-HOOKS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern")
+HOOKS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern", "hook_resid_post")
 
 
 def _copy_without_head(model, layer, head):
     """A deep copy of ``model`` whose head ``head`` of block ``layer`` has its W^O columns zeroed:
     the by-hand zero ablation to compare the hook_z patch with."""
     import copy
-    from transformer_lib.probes import block_attention
     other = copy.deepcopy(model)
-    attn = block_attention(other, layer)
+    attn = other.blocks[layer].self_attn
     d = attn.out_proj.weight.shape[1] // attn.num_heads
     with torch.no_grad():
         attn.out_proj.weight[:, head * d:(head + 1) * d] = 0.0
     return other
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_hook_points_have_their_shapes_and_add_up_to_the_residual_stream(name):
     from transformer_lib.probes import head_contributions, hook_points, record_activations
     model = _two_decoders()[name]
@@ -174,7 +173,7 @@ def test_hook_points_have_their_shapes_and_add_up_to_the_residual_stream(name):
             x = acts[f"blocks.{i}"]
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_hook_pattern_is_what_record_attention_sees(name):
     from transformer_lib.probes import record_activations
     model = _two_decoders()[name]
@@ -195,7 +194,7 @@ def test_hook_pattern_is_what_record_attention_sees(name):
         torch.testing.assert_close(p.sum(-1), torch.ones(2, 4, 6), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 @pytest.mark.parametrize("layer, head", [(0, 1), (2, 3)])
 def test_zeroing_a_head_in_hook_z_is_zeroing_its_columns_of_W_O(name, layer, head):
     from transformer_lib.probes import patch_activations
@@ -217,7 +216,7 @@ def test_zeroing_a_head_in_hook_z_is_zeroing_its_columns_of_W_O(name, layer, hea
     assert (ablated - clean).abs().max() > 1e-3, "ablating a head of a random model changes its logits"
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_patching_any_hook_point_with_its_clean_value_gives_the_clean_logits(name):
     from transformer_lib.probes import hook_points, patch_activations, record_activations
     model = _two_decoders()[name]
@@ -240,7 +239,7 @@ def test_patching_any_hook_point_with_its_clean_value_gives_the_clean_logits(nam
         assert torch.equal(model(corrupt_tokens), corrupt_logits), "nothing stays hooked"
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_nothing_stays_hooked_after_an_exception_and_bad_names_are_named(name):
     from transformer_lib.probes import patch_activations, record_activations
     model = _two_decoders()[name]
@@ -273,7 +272,7 @@ def test_nothing_stays_hooked_after_an_exception_and_bad_names_are_named(name):
             pass
 
 
-@pytest.mark.parametrize("name", ["DecoderOnlyLM", "LlamaDecoder"])
+@pytest.mark.parametrize("name", ["DecoderOnlyLM", "llama"])
 def test_hook_points_work_with_and_without_the_kv_cache(name):
     from transformer_lib.probes import record_activations
     model = _two_decoders()[name]
@@ -351,3 +350,28 @@ def test_hook_z_and_hook_pattern_match_transformer_lens():
                                    atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(ours[f"blocks.{i}.hook_attn_out"], cache[f"blocks.{i}.hook_attn_out"],
                                    atol=1e-5, rtol=1e-4)
+
+
+def test_every_block_family_has_the_same_hook_points():
+    """Issue 39: the reader's GPT, SmolLM2's configuration, MiniLM's encoder and both stacks of the
+    encoder-decoder name their hook points alike, and each sees its (B, L, ...) tensor."""
+    from transformer_lib.layers import HOOK_POINTS
+    families = [(name, model, inputs) for name, model, inputs, _, _ in _families()
+                if name.split(" (")[0] in ("the reader's GPT", "encoder-decoder", "SmolLM2's configuration",
+                                           "MiniLM's encoder")]
+    assert len(families) == 5
+    for name, model, inputs in families:
+        seen = {}
+        handles = [getattr(block, h).register_forward_hook(
+            lambda m, args, out, key=(i, h): seen.__setitem__(key, out)) for i, block in enumerate(model.blocks)
+            for h in HOOK_POINTS]
+        try:
+            with torch.no_grad():
+                model.eval()(*inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        assert set(seen) == {(i, h) for i in range(len(model.blocks)) for h in HOOK_POINTS}, name
+        for i in range(len(model.blocks)):
+            assert seen[i, "hook_z"].shape[2] == 4 and seen[i, "hook_pattern"].shape[1] == 4, name
+            assert seen[i, "hook_attn_out"].shape == seen[i, "hook_resid_post"].shape, name

@@ -439,12 +439,12 @@ def test_quantize_is_all_or_nothing():
     model.blocks[0].ffn.linear2 = torch.nn.Linear(40, 64)  # 40 is no multiple of 32
     with pytest.raises(ValueError, match="group_size"):
         quantize(model, 4)
-    assert type(model.blocks[0].attn.q_proj) is torch.nn.Linear if hasattr(model.blocks[0], "attn") else True
+    assert type(model.blocks[0].self_attn.q_proj) is torch.nn.Linear
     assert not any(isinstance(m, QuantizedLinear) for m in model.modules())
 
 
 def test_quantized_weight_stands_for_the_matrix():
-    """``x @ embed.weight.T`` (LlamaDecoder's head) goes through the kernel; anything else decodes."""
+    """``x @ embed.weight.T`` (a head written as the embedding's transpose) goes through the kernel; anything else decodes."""
     emb = QuantizedEmbedding(QuantizedLinear.from_weight(_weights(100, 64), 4))
     x = torch.randn(3, 64)
     dense = emb.head.dequantized_weight()
@@ -459,16 +459,16 @@ def test_quantized_weight_stands_for_the_matrix():
 # -- the fused one-token step of a quantized Llama -------------------------------------------------
 
 def _small_llama(seed=0):
-    from transformer_lib.pretrained.llama import LlamaConfig, LlamaDecoder
+    from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=96, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=128,
                       context_length=64)
-    return LlamaDecoder(cfg).eval()
+    return llama_decoder(cfg).eval()
 
 
 def _steps(model, tokens, fused, capacity=4):
     """Logits of one-token cached steps over ``tokens`` (1, L) after a 3-token prefill, and the cache."""
-    model.fused = fused
+    model.decode_step.enabled = fused
     cache = model.new_cache(initial_capacity=capacity)  # small: the steps cross two capacity doublings
     with torch.no_grad():
         out = [model(tokens[:, :3], cache=cache)[:, -1:]]
@@ -479,19 +479,19 @@ def _steps(model, tokens, fused, capacity=4):
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("activations", ["float32", "int8"])
 def test_fused_step_equals_modules(built, bits, activations):
-    """quantize() makes a LlamaDecoder a QuantizedLlamaDecoder whose one-token steps are one C++
-    call; they equal the modules' steps (LlamaBlock) and the readable decode_step_reference.
+    """quantize() gives a Llama-configured DecoderOnlyLM the fused step (its ``decode_step``), whose
+    one-token steps are one C++ call; they equal the modules' steps and the readable decode_step_reference.
     Both sides run the same kernel on the same blocks (fusing rows does not change a row's sums),
     so they differ only in the order of float32 additions in RMSNorm, attention and softmax:
     about 1e-6 relative, hence 1e-4 of the logits' scale. With int8 activations a value of x that
     sits on a rounding boundary may take the next code (one step, max|x| / 127): 2% of the scale."""
-    from transformer_lib.quantization import QuantizedLlamaDecoder, decode_step_reference
+    from transformer_lib.quantization import FusedDecodeStep, decode_step_reference
     model = quantize(_small_llama(), bits, activations=activations)
-    assert type(model) is QuantizedLlamaDecoder
+    assert type(model) is DecoderOnlyLM and isinstance(model.decode_step, FusedDecodeStep)
     tokens = torch.randint(0, 96, (1, 14), generator=torch.Generator().manual_seed(2))
     slow, slow_cache = _steps(model, tokens, fused=False)
     fast, fast_cache = _steps(model, tokens, fused=True)
-    assert model._plan() is not None  # the fused path was taken
+    assert model.decode_step.plan(model) is not None  # the fused path was taken
     tol = (1e-4 if activations == "float32" else 0.02) * float(slow.abs().max())
     assert (fast - slow).abs().max() <= tol, (fast - slow).abs().max()
     assert fast_cache.lengths == slow_cache.lengths == [14, 14]
@@ -504,7 +504,7 @@ def test_fused_step_equals_modules(built, bits, activations):
     keys, values = [room(k) for k in fast_cache.keys], [room(v) for v in fast_cache.values]
     with torch.no_grad():
         x = decode_step_reference(model, model.embed(nxt).reshape(1, -1), keys, values, pos)
-        want = model.norm(x.view(1, 1, -1)) @ model.embed.weight.T
+        want = model.head(model.norm(x.view(1, 1, -1)))
         got = model(nxt, cache=fast_cache)
     assert (got - want).abs().max() <= tol
     assert all((a[:, :, :pos + 1] - b[:, :, :pos + 1]).abs().max() <= tol for a, b in zip(keys, fast_cache.keys))
@@ -563,7 +563,7 @@ def test_gguf_blocks_logits_equal_dequantized(smollm2_pair):
     cache = kept.model.new_cache()
     with torch.no_grad():
         steps = torch.cat([kept.model(torch.tensor([[t]]), cache=cache)[0] for t in ids])  # (L, V)
-    assert kept.model._plan() is not None  # the steps took the fused one-call path
+    assert kept.model.decode_step.plan(kept.model) is not None  # the steps took the fused one-call path
     assert (steps - want).abs().max() < 1e-3
     assert steps.argmax(-1).tolist() == want.argmax(-1).tolist()
 

@@ -117,10 +117,22 @@ def test_weights_equal_reference_after_unpermuting_q_and_k(lm, reference_model):
     ref = reference_model.state_dict()
     for i in (0, lm.config.num_layers - 1):
         ours = lm.model.blocks[i]
-        for mine, theirs in ((ours.attn.q_proj, "self_attn.q_proj"), (ours.attn.k_proj, "self_attn.k_proj"),
-                             (ours.attn.v_proj, "self_attn.v_proj"), (ours.ffn.linear1, "mlp.gate_proj")):
+        for mine, theirs in ((ours.self_attn.q_proj, "self_attn.q_proj"), (ours.self_attn.k_proj, "self_attn.k_proj"),
+                             (ours.self_attn.v_proj, "self_attn.v_proj"), (ours.ffn.linear1, "mlp.gate_proj")):
             assert torch.equal(mine.weight, ref[f"model.layers.{i}.{theirs}.weight"])
     assert torch.equal(lm.model.embed.weight, ref["model.embed_tokens.weight"])
+
+
+
+def test_smollm2_is_the_readers_decoder_with_llamas_switches(lm):
+    """Issue 39: one decoder-only model class, one attention class, the head tied to the embedding."""
+    from transformer_lib import DecoderOnlyLM, MultiHeadAttention
+    m = lm.model
+    assert type(m) is DecoderOnlyLM and m.head.weight is m.embed.weight
+    attns = [mod for mod in m.modules() if isinstance(mod, MultiHeadAttention)]
+    assert len(attns) == lm.config.num_layers == len(m.blocks)
+    assert {(a.num_heads, a.num_kv_heads, a.head_dim, a.q_proj.bias) for a in attns} == {(9, 3, 64, None)}
+    assert m.max_len == lm.config.context_length == 8192
 
 
 def test_logits_equal_reference(lm, reference_model):

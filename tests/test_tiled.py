@@ -71,8 +71,8 @@ def test_matches_readable_attention(device, causal, shape, blocks):
 
 
 def test_causal_with_fewer_keys_than_queries_is_refused_like_causal_mask():
-    """causal_mask(4, 2) would give rows that see nothing; GroupedQueryAttention refuses the same
-    input. All three agree now: a ValueError naming L_k."""
+    """causal_mask(4, 2) would give rows that see nothing; MultiHeadAttention(causal=True) refuses
+    the same input. All agree: a ValueError naming L_k."""
     q, k = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 2, 8)
     with pytest.raises(ValueError, match="L_k"):
         causal_mask(4, 2)
@@ -80,9 +80,6 @@ def test_causal_with_fewer_keys_than_queries_is_refused_like_causal_mask():
         tiled_attention(q, k, k, causal=True)
     with pytest.raises(ValueError, match="L_k"):
         tile_schedule(4, 2, causal=True)
-    from transformer_lib.grouped_query import causal_mask_with_offset
-    with pytest.raises(ValueError):
-        causal_mask_with_offset(4, 2)
 
 
 def test_a_nan_query_row_gives_nan_like_the_readable_path():

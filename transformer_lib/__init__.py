@@ -5,31 +5,42 @@ Modules, one concept each:
 * :mod:`.attention` scaled dot-product attention (readable + SDPA fast path)
 * :mod:`.masks` boolean masks (True = may attend, causal, padding, prefix LM, ...) and conversions
   to torch's convention
-* :mod:`.multihead` multi-head attention (self and cross)
+* :mod:`.multihead` the one attention module: multi-head, grouped-query and multi-query attention
+  (self and cross, causal, with a KV cache and hook points)
 * :mod:`.norms` LayerNorm from scratch, RMSNorm, BatchNorm over tokens
 * :mod:`.feedforward` the position-wise FFN (ReLU, GELU, SwiGLU)
 * :mod:`.positional` sinusoidal, learned, RoPE, ALiBi
-* :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN
-* :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM
+* :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN, with the hook points every block has
+* :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM (the reader's GPT
+  and, with Llama's switches, SmolLM2)
 * :mod:`.rnn` the recurrent baseline; :mod:`.cost` multiply-accumulate and parameter counts,
   work and depth levels
 * :mod:`.tiled` exact attention tile by tile with an online softmax (FlashAttention's idea, chapter 11)
 * :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels (a package: patterns,
   a readable reference kernel, blocked, flex, dilated, global tokens)
-* :mod:`.pretrained` all-MiniLM-L6-v2 loaded into the library's own encoder
-* :mod:`.grouped_query` grouped-query attention; :mod:`.kv_cache` the key/value cache;
-  :mod:`.sampling` decoding strategies (greedy, temperature, top-k, top-p, repetition penalty,
-  beam search) and the one generation loop every decoder shares (``forward(tokens, cache=None)``,
-  ``new_cache()``); SmolLM2 in :mod:`.pretrained.smollm2` (chapter 17)
+* :mod:`.kv_cache` the key/value cache; :mod:`.sampling` decoding strategies (greedy, temperature,
+  top-k, top-p, repetition penalty, beam search) and the one generation loop every decoder shares
+  (``forward(tokens, cache=None)``, ``new_cache()``)
+* :mod:`.pretrained` real weights in the library's own models: all-MiniLM-L6-v2 (:mod:`.pretrained.minilm`),
+  GGUF files (:mod:`.pretrained.gguf`), Llama's config and name map (:mod:`.pretrained.llama`),
+  SmolLM2 (:mod:`.pretrained.smollm2`, chapter 17)
 * :mod:`.tasks` every synthetic data set; :mod:`.toy_models` the small models chapters train (one
   stem, ``.blocks``); :mod:`.probes` recording attention and activations, head scores, Jacobian dependency maps,
-  gradient norms; :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the
-  random-forest appendix; :mod:`._checks` the input checks every public call runs once
+  gradient norms; :mod:`.circuits` logit lens, activation patching, direct logit attribution,
+  ablations (chapter 24); :mod:`.induction` induction heads (chapter 23)
+* :mod:`.profiling` timing and FLOP measurements; :mod:`.forests` the random-forest appendix;
+  :mod:`._checks` the input checks every public call runs once; :mod:`._extensions` building the
+  compiled kernels
 * :mod:`.tokenization` byte-level BPE from scratch (chapter 15); :mod:`.training` the training
   loop and the language-model recipe (chapter 16); :mod:`.data` the book-prose corpus and the
   small GPT checkpoint
+* :mod:`.distributed` data, sharded, tensor and pipeline parallelism (chapter 18);
+  :mod:`.quantization` int8/int4 weights, kernels and the fused decoding step (chapter 19);
+  :mod:`.export` ONNX export for the explainer page
+* :mod:`.finetune` a classifier on a pretrained encoder (chapter 20); :mod:`.lora` LoRA adapters and
+  :mod:`.instruct` instruction tuning (chapter 21); :mod:`.preference` DPO (chapter 22)
 * :mod:`.device`, :mod:`.plotting` (every figure shown with a description: its alt text), :mod:`.widgets`,
-  :mod:`.exercises`
+  :mod:`.exercises`; ``python -m transformer_lib`` (:mod:`.__main__`)
 
 The book's machinery (chapter pipeline, student copies, slides, progress, book build) is the
 separate package ``bookkit``; nothing here imports it.
@@ -40,7 +51,6 @@ from .attention import attention_fast, scaled_dot_product_attention
 from .cost import block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
-from .grouped_query import GroupedQueryAttention
 from .kv_cache import KVCache, cache_bytes_per_token
 from .layers import DecoderLayer, EncoderLayer
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,

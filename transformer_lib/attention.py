@@ -98,8 +98,9 @@ def attention_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return _attention_fast(q, k, v, mask, scale, bias, dropout_p)
 
 
-def _attention_fast(q, k, v, mask, scale, bias, dropout_p) -> torch.Tensor:
-    """The core of :func:`attention_fast`, without input checks."""
+def _attention_fast(q, k, v, mask, scale, bias, dropout_p, enable_gqa: bool = False) -> torch.Tensor:
+    """The core of :func:`attention_fast`, without input checks. ``enable_gqa``: k and v have fewer
+    heads than q, each shared by ``H / H_kv`` query heads (grouped-query attention)."""
     if mask is not None and mask.dim() < 2:
         mask = mask.unsqueeze(0)  # (L_k,) -> (1, L_k): SDPA wants at least a 2-D mask
     visible = _visible_rows(mask)
@@ -107,7 +108,11 @@ def _attention_fast(q, k, v, mask, scale, bias, dropout_p) -> torch.Tensor:
     if bias is not None:
         bias = bias.to(q.dtype)
         attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    if enable_gqa:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale,
+                                             enable_gqa=True)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
     if visible is not None:
         out = out * visible
     return out

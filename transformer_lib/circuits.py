@@ -1,8 +1,8 @@
 """Circuits: which parts of a trained model compute an answer, found by reading and by intervening
 (chapter 24, "A real model's circuits").
 
-Every tool here works on a pre-norm decoder of the library (the reader's GPT, SmolLM2's
-:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) through the module paths of
+Every tool here works on a pre-norm :class:`~transformer_lib.model.DecoderOnlyLM` (the reader's
+GPT, SmolLM2) through the module paths of
 :mod:`transformer_lib.probes`: ``blocks.{i}`` (the residual stream after block i),
 ``blocks.{i}.hook_attn_out`` / ``hook_ffn_out`` (what attention and the FFN add to it) and
 ``blocks.{i}.hook_z`` (each head's output before W^O). Nothing here hooks a model by itself.
@@ -44,14 +44,8 @@ def _vocab(model: nn.Module) -> int:
     return model.embed.num_embeddings
 
 
-def _unembedding(model: nn.Module) -> torch.Tensor:
-    """(V, D): the output matrix (SmolLM2 ties it to the embedding; the GPT has ``.head``)."""
-    head = getattr(model, "head", None)
-    return head.weight if isinstance(head, nn.Linear) else model.embed.weight
-
-
 def _num_heads(model: nn.Module) -> int:
-    return (getattr(model.blocks[0], "attn", None) or model.blocks[0].self_attn).num_heads
+    return model.blocks[0].self_attn.num_heads
 
 
 def _answers(model, tokens, correct, wrong):
@@ -65,7 +59,7 @@ def unembed(model: nn.Module, resid: torch.Tensor) -> torch.Tensor:
 
     Applied to the last block's output this is exactly the model's own output."""
     check_decoder(model)
-    return model.norm(resid) @ _unembedding(model).T  # (..., D) @ (D, V) -> (..., V)
+    return model.head(model.norm(resid))  # (..., D) -> (..., V)
 
 
 @torch.no_grad()
@@ -263,7 +257,7 @@ def direct_logit_attribution(model: nn.Module, tokens: torch.Tensor, correct, wr
     with probes.record_activations(model, names) as seen:
         logits = model(tokens)
     x = seen[f"blocks.{n - 1}"][:, -1]  # (B, D) the final residual stream
-    norm, W_U = model.norm, _unembedding(model)
+    norm, W_U = model.norm, model.head.weight
     d = W_U[c.to(W_U.device)] - W_U[w.to(W_U.device)]  # (B, D): the logit-difference direction
     g = norm.weight if norm.weight is not None else torch.ones_like(x[0])
     if not isinstance(norm, RMSNorm):  # LayerNorm (the library's or torch's)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ._checks import check_choice, check_int, check_square_maps
 from ._checks.probes import check_block_index, check_module
-from .probes import block_attention, patch_activations, record_activations
+from .probes import patch_activations, record_activations
 
 __all__ = ["repeated_random_tokens", "in_context_loss", "train_induction", "phase_change_step", "attention_patterns",
            "previous_token_scores", "induction_scores", "head_weights", "ov_circuit", "copying_scores",
@@ -213,9 +213,9 @@ def head_weights(model: nn.Module, layer: int) -> dict[str, torch.Tensor]:
     of ``q_proj.weight``, and its W_O the transpose of columns h*d .. (h+1)*d of ``out_proj``'s.
     Grouped-query heads use their key/value head's W_K, W_V. LayerNorm and biases are left out,
     as in the paper."""
-    attn = block_attention(model, layer)
-    H = attn.num_heads
-    d = getattr(attn, "d_k", None) or attn.head_dim
+    check_block_index(model, layer)
+    attn = model.blocks[layer].self_attn
+    H, d = attn.num_heads, attn.head_dim
     D = attn.out_proj.weight.shape[0]
 
     def per_head(linear):  # (H_x * d, D) -> (H, D, d), each kv head repeated for its query heads
@@ -232,7 +232,7 @@ def ov_circuit(model: nn.Module, layer: int) -> torch.Tensor:
     """(H, V, V): the full OV circuit ``W_E W_OV W_U`` of each head of block ``layer``: row a is
     how attending to token a raises every output logit, through this head alone."""
     W_E = model.embed.weight.detach()  # (V, D)
-    W_U = (model.head.weight if hasattr(model, "head") else model.embed.weight).detach().T  # (D, V)
+    W_U = model.head.weight.detach().T  # (D, V)
     return W_E @ head_weights(model, layer)["W_OV"] @ W_U  # (V, D) @ (H, D, D) @ (D, V) -> (H, V, V)
 
 
@@ -245,7 +245,7 @@ def copying_scores(model: nn.Module, layer: int) -> torch.Tensor:
     eigenvalues of the (V, V) circuit are those of the smaller (D, D) ``W_OV W_U W_E`` (plus
     zeros), which is what is computed."""
     W_E = model.embed.weight.detach().double()  # (V, D)
-    W_U = (model.head.weight if hasattr(model, "head") else model.embed.weight).detach().double().T  # (D, V)
+    W_U = model.head.weight.detach().double().T  # (D, V)
     W_OV = head_weights(model, layer)["W_OV"].double()  # (H, D, D)
     eig = torch.linalg.eigvals(W_OV @ W_U @ W_E)  # (H, D): same non-zero eigenvalues as W_E W_OV W_U
     return (eig.sum(-1).real / eig.abs().sum(-1)).float()  # (H,)

@@ -10,7 +10,7 @@ The price is memory, per token of context::
 
     bytes per token = layers x 2 (K and V) x kv_heads x head_dim x bytes per number
 
-Grouped-query attention (:mod:`transformer_lib.grouped_query`) shrinks it by caching fewer
+Grouped-query attention (``num_kv_heads`` of :class:`~transformer_lib.multihead.MultiHeadAttention`) shrinks it by caching fewer
 key/value heads than query heads. :func:`cache_bytes_per_token` is the formula;
 :meth:`KVCache.nbytes` measures the tensors actually held; :func:`step_times` measures the gain
 (one decoding step's time at several context lengths, with and without the cache).
@@ -86,6 +86,12 @@ class KVCache:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search: each surviving beam takes its parent's cache)."""
+        batch = next((k.shape[0] for k in self.keys if k is not None), None)
+        if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype.is_floating_point \
+                or index.dtype == torch.bool:
+            raise ValueError(f"index must be a 1-D integer tensor of batch rows, got {index!r}")
+        if batch is not None and index.numel() and (int(index.min()) < 0 or int(index.max()) >= batch):
+            raise ValueError(f"index must hold batch rows in [0, {batch}), got {index.tolist()}")
         for i in range(self.num_layers):
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, index)

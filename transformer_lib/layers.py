@@ -22,7 +22,16 @@ from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, make_norm
 
-__all__ = ["EncoderLayer", "DecoderLayer"]
+__all__ = ["EncoderLayer", "DecoderLayer", "HOOK_POINTS"]
+
+# The hook points every block of the library has (EncoderLayer, DecoderLayer): nn.Identity modules.
+HOOK_POINTS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern", "hook_resid_post")
+
+
+def _add_hook_points(block: nn.Module) -> None:
+    """Give ``block`` the hook points of :data:`HOOK_POINTS` (no weights, no random numbers drawn)."""
+    for name in HOOK_POINTS:
+        setattr(block, name, nn.Identity())
 
 
 def _torch_activation_name(layer: nn.Module) -> str:
@@ -69,17 +78,22 @@ class EncoderLayer(nn.Module):
     switches it off for good: its output matrix is zero and frozen, so the block is attention +
     residual + norm only (chapter 6's attention-only control).
 
+    ``num_kv_heads`` < ``num_heads`` shares key/value heads (grouped-query attention).
+
     Hook points (``nn.Identity``, no weights; see :mod:`transformer_lib.probes`): ``hook_attn_out``
     and ``hook_ffn_out`` (B, L, D) are what each sub-layer adds to the residual stream, ``hook_z``
-    (B, L, H, d_k) each head's output before W^O, ``hook_pattern`` (B, H, L, L) the weights.
+    (B, L, H, head_dim) each head's output before W^O, ``hook_pattern`` (B, H, L, L) the weights,
+    ``hook_resid_post`` (B, L, D) the residual stream after the block.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, norm: str = "layer",
-                 eps: float = 1e-5, rotary: nn.Module | None = None, bias: bool = True, ffn: bool = True):
+                 eps: float = 1e-5, rotary: nn.Module | None = None, bias: bool = True, ffn: bool = True,
+                 num_kv_heads: int | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout, rotary=rotary)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout,
+                                            rotary=rotary)
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps)
         self.norm2 = make_norm(norm, d_model, eps)
@@ -87,11 +101,10 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         if not ffn:
             self.ffn.switch_off()
-        self.hook_attn_out, self.hook_ffn_out = nn.Identity(), nn.Identity()  # (B, L, D) each
-        self.hook_z, self.hook_pattern = nn.Identity(), nn.Identity()  # (B, L, H, d_k), (B, H, L, L)
+        _add_hook_points(self)
 
-    def _sa(self, x, mask, bias, cache, layer):
-        out = self.self_attn(x, mask=mask, bias=bias, cache=cache, layer=layer,
+    def _sa(self, x, mask, bias, cache, layer, causal):
+        out = self.self_attn(x, mask=mask, bias=bias, causal=causal, cache=cache, layer=layer,
                              hook_z=self.hook_z, hook_pattern=self.hook_pattern)[0]
         return self.hook_attn_out(self.dropout1(out))
 
@@ -99,15 +112,15 @@ class EncoderLayer(nn.Module):
         return self.hook_ffn_out(self.dropout2(self.ffn(x)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
-        """``cache``/``layer``: see :class:`MultiHeadAttention` (a decoder-only model's generation)."""
+                bias: torch.Tensor | None = None, cache=None, layer: int = 0, causal: bool = False) -> torch.Tensor:
+        """``cache``/``layer``/``causal``: see :class:`MultiHeadAttention` (a decoder-only model)."""
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask, bias, cache, layer)
+            x = x + self._sa(self.norm1(x), mask, bias, cache, layer, causal)
             x = x + self._ff(self.norm2(x))
         else:
-            x = self.norm1(x + self._sa(x, mask, bias, cache, layer))
+            x = self.norm1(x + self._sa(x, mask, bias, cache, layer, causal))
             x = self.norm2(x + self._ff(x))
-        return x
+        return self.hook_resid_post(x)  # (B, L, D): the residual stream after this block
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
@@ -121,6 +134,7 @@ class DecoderLayer(nn.Module):
     ``layer(x, memory, self_mask=None, memory_mask=None)``: x (B, L_t, d_model) target states,
     memory (B, L_s, d_model) encoder output; ``self_mask`` broadcastable to (B, H, L_t, L_t)
     (usually causal & target padding), ``memory_mask`` to (B, H, L_t, L_s) (source padding).
+    Hook points as in :class:`EncoderLayer` (``hook_z``/``hook_pattern`` are the self-attention's).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
@@ -135,9 +149,12 @@ class DecoderLayer(nn.Module):
         self.norm2 = make_norm(norm, d_model, eps)
         self.norm3 = make_norm(norm, d_model, eps)
         self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in range(3))
+        _add_hook_points(self)  # of the self-attention (hook_z, hook_pattern) and the FFN
 
     def _sa(self, x, mask, cache, layer):
-        return self.dropout1(self.self_attn(x, mask=mask, cache=cache, layer=layer)[0])
+        out = self.self_attn(x, mask=mask, cache=cache, layer=layer, hook_z=self.hook_z,
+                             hook_pattern=self.hook_pattern)[0]
+        return self.hook_attn_out(self.dropout1(out))
 
     def _ca(self, x, memory, mask):
         return self.dropout2(self.cross_attn(x, memory, memory, mask=mask)[0])
@@ -151,12 +168,12 @@ class DecoderLayer(nn.Module):
         if self.norm_first:
             x = x + self._sa(self.norm1(x), self_mask, cache, layer)
             x = x + self._ca(self.norm2(x), memory, memory_mask)
-            x = x + self.dropout3(self.ffn(self.norm3(x)))
+            x = x + self.hook_ffn_out(self.dropout3(self.ffn(self.norm3(x))))
         else:
             x = self.norm1(x + self._sa(x, self_mask, cache, layer))
             x = self.norm2(x + self._ca(x, memory, memory_mask))
-            x = self.norm3(x + self.dropout3(self.ffn(x)))
-        return x
+            x = self.norm3(x + self.hook_ffn_out(self.dropout3(self.ffn(x))))
+        return self.hook_resid_post(x)  # (B, L_t, D)
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":

@@ -99,7 +99,7 @@ class LoRALinear(nn.Module):
 
 def matches_target(path: str, targets) -> bool:
     """Does the module path end with one of ``targets``, as a whole name component? ``"q_proj"``
-    matches ``"blocks.0.attn.q_proj"`` but not ``"blocks.0.attn.xq_proj"`` (``peft``'s rule)."""
+    matches ``"blocks.0.self_attn.q_proj"`` but not ``"blocks.0.self_attn.xq_proj"`` (``peft``'s rule)."""
     return any(path == t or path.endswith("." + t) for t in targets)
 
 
@@ -114,7 +114,7 @@ def add_lora(model: nn.Module, rank: int, alpha: float, targets, dropout: float 
     :class:`LoRALinear`, in place; freeze every other parameter. Returns the wrapped paths.
 
     ``targets`` are name suffixes, e.g. ``["q_proj", "v_proj"]`` for the query and value matrices
-    of every block (the paper's choice), or ``["attn.q_proj"]`` to be more specific. Each target
+    of every block (the paper's choice), or ``["self_attn.q_proj"]`` to be more specific. Each target
     must match at least one ``nn.Linear``: a misspelt name would otherwise train nothing, silently.
     The adapters are created in module order from the global random generator (seed it first).
     """

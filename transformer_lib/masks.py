@@ -47,7 +47,7 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     When ``L_k > L_q`` (a query block appended to a cached prefix) the diagonal is aligned to the
     end, so the last query sees every key, as in ``is_causal`` decoding with a KV cache. Fewer
     keys than queries is refused: the first queries would see no key at all (the keys must
-    include the queries' own; ``GroupedQueryAttention`` refuses it the same way).
+    include the queries' own; ``MultiHeadAttention(..., causal=True)`` refuses it the same way).
     """
     L_k = L_q if L_k is None else L_k
     check_int("L_q", L_q)

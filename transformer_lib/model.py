@@ -3,7 +3,8 @@ decoder-only language model.
 
 ``Transformer`` maps already-embedded states to states, like ``torch.nn.Transformer``.
 ``Seq2SeqTransformer`` adds token embeddings, sinusoidal positions and an output head (the
-paper's full model) and can greedy-decode. ``DecoderOnlyLM`` is the GPT-style model, with a
+paper's full model); ``transformer_lib.sampling.generate(model.conditioned_on(src), bos, n)``
+decodes it. ``DecoderOnlyLM`` is the GPT-style model, with a
 choice of positional scheme and norm.
 
 Every decoder has the same interface, which :mod:`transformer_lib.sampling` drives:
@@ -20,16 +21,15 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_cache, check_int, check_token_ids
+from ._checks import check_cache, check_int, check_number, check_token_ids
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
 from .kv_cache import KVCache
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias)
-from .sampling import generate
 
-__all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM"]
+__all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM", "LLAMA_SWITCHES"]
 
 
 def clones(module: nn.Module, n: int) -> nn.ModuleList:
@@ -175,21 +175,10 @@ class Seq2SeqTransformer(nn.Module):
         memory_mask = self.src_mask(src, src_lengths)
         return self.decode(tgt_in, self.encode(src, src_lengths), memory_mask)
 
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, max_len: int, src_lengths=None) -> torch.Tensor:
-        """Generate one token at a time, feeding each prediction back in (greedy, with the KV
-        cache: :func:`~transformer_lib.sampling.generate`). Returns (B, max_len) tokens, without the BOS."""
-        return generate(self.conditioned_on(src, src_lengths), _bos_column(src, bos_id), max_len)[:, 1:]
-
     @property
     def blocks(self) -> list[nn.Module]:
         """Every block of the model, the encoder's first (the name all models use for their stack)."""
         return self.transformer.blocks
-
-
-def _bos_column(src: torch.Tensor, bos_id: int) -> torch.Tensor:
-    check_int("bos_id", bos_id, 0)
-    return torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
 
 
 class ConditionedDecoder(nn.Module):
@@ -214,8 +203,9 @@ class ConditionedDecoder(nn.Module):
 
 
 class DecoderOnlyLM(nn.Module):
-    """A GPT-style language model: token embedding, a stack of causal self-attention blocks,
-    a final norm and a head tied to the embedding.
+    """A GPT-style language model: token embedding, a stack of causal self-attention blocks
+    (:class:`~transformer_lib.layers.EncoderLayer`), a final norm and a linear head, by default
+    tied to the embedding.
 
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
     'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens, cache=None)`` ->
@@ -223,6 +213,14 @@ class DecoderOnlyLM(nn.Module):
     (chapter 17 adds the cache to this model).
     ``ffn=False`` switches every block's FFN off (attention-only blocks, chapter 6; see
     :class:`~transformer_lib.layers.EncoderLayer`).
+
+    The switches that make chapter 16's GPT a Llama (SmolLM2, chapter 17; see
+    :data:`LLAMA_SWITCHES`): ``num_kv_heads`` (grouped-query attention), ``bias=False`` (no bias in
+    any linear layer), ``rope_base`` and ``rotary_style`` (RoPE's wavelengths and its pair layout,
+    'interleaved' or 'halves'), ``norm_eps`` (the norms' epsilon), ``activation="swiglu"``,
+    ``norm="rms"`` and ``tie_weights``. ``max_len`` is the context length: the learned table's size
+    and the length a pretrained model was trained for (RoPE, ALiBi and sinusoidal models still run
+    past it, which is how chapter 5 measures extrapolation).
 
     ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
     weight from N(0, init_std^2) and zeroes the biases (GPT-2 draws its weight matrices and token
@@ -236,31 +234,38 @@ class DecoderOnlyLM(nn.Module):
                  d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
                  positional: str = "learned", norm: str = "layer", activation: str = "gelu",
                  norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
-                 init_std: float | None = None):
+                 init_std: float | None = None, num_kv_heads: int | None = None, bias: bool = True,
+                 rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("max_len", max_len)):
             check_int(name, value)
         if d_ff is not None:
             check_int("d_ff", d_ff)
+        if init_std is not None:
+            check_number("init_std", init_std, 0, low_open=True)
+        check_number("norm_eps", norm_eps, 0, low_open=True)
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.positional, self.num_heads = positional, num_heads
+        self.positional, self.num_heads, self.max_len = positional, num_heads, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = None
         if positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
         elif positional == "learned":
             self.pos = LearnedPositionalEmbedding(max_len, d_model, dropout)
-        rotary = RotaryEmbedding(d_model // num_heads) if positional == "rope" else None
+        # one RotaryEmbedding shared by every block (it has no weights, only a table of angles)
+        rotary = RotaryEmbedding(d_model // num_heads, base=rope_base, style=rotary_style) \
+            if positional == "rope" else None
         self.blocks = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, rotary=rotary,
-                         ffn=ffn) for _ in range(num_layers))
-        self.norm = make_norm(norm, d_model) if norm_first else None
+            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, eps=norm_eps,
+                         rotary=rotary, bias=bias, ffn=ffn, num_kv_heads=num_kv_heads)
+            for _ in range(num_layers))
+        self.norm = make_norm(norm, d_model, norm_eps) if norm_first else None
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_weights:
-            self.head.weight = self.embed.weight
+            self.head.weight = self.embed.weight  # one Parameter: the head reads x @ E^T
         if init_std is not None:
             for module in self.modules():
                 if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -268,27 +273,34 @@ class DecoderOnlyLM(nn.Module):
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
 
+    # A faster one-token step with a cache, offered each cached call: ``decode_step(model, tokens,
+    # cache)`` returns the logits, or None to run the modules (quantization.fused sets one).
+    decode_step = None
+
     def new_cache(self, initial_capacity: int = 256) -> KVCache:
         """An empty :class:`~transformer_lib.kv_cache.KVCache`, one entry per block."""
         return KVCache(len(self.blocks), initial_capacity)
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        if cache is not None and self.decode_step is not None:
+            logits = self.decode_step(self, tokens, cache)
+            if logits is not None:
+                return logits
         check_token_ids(tokens, self.embed.num_embeddings)
         check_cache(cache, len(self.blocks))
         past, L = (0 if cache is None else cache.length), tokens.shape[1]
         x = self.embed(tokens)  # (B, L, D)
         if self.pos is not None:
             x = self.pos(x, offset=past)  # positions past .. past + L - 1
-        mask = causal_mask(L, past + L, device=tokens.device)  # (L, past + L): queries are the last L
         bias = alibi_bias(self.num_heads, L, past + L, device=tokens.device) if self.positional == "alibi" else None
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, bias, cache=cache, layer=i)
+            x = block(x, None, bias, cache=cache, layer=i, causal=True)  # queries are the last L of past + L
         if self.norm is not None:
             x = self.norm(x)
         return self.head(x)  # (B, L, V)
 
-    @torch.no_grad()
-    def generate(self, tokens: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Greedy generation: ``tokens`` (B, L) -> (B, L + max_new_tokens), one
-        :func:`~transformer_lib.sampling.generate` call (with the KV cache)."""
-        return generate(self, tokens, max_new_tokens)
+
+# What turns chapter 16's GPT (DecoderOnlyLM's defaults) into SmolLM2's architecture: the
+# keyword arguments load_smollm2 passes beyond the sizes (chapter 17 prints them).
+LLAMA_SWITCHES = dict(positional="rope", rotary_style="halves", norm="rms", activation="swiglu", bias=False,
+                      tie_weights=True)

@@ -1,21 +1,38 @@
-"""Multi-head attention: split, attend in parallel, concatenate, project.
+"""Multi-head attention: split, attend in parallel, concatenate, project (chapter 3), with the
+key/value heads optionally shared between query heads (grouped-query attention, chapter 17).
 
-    head_i = Attention(X_q W_i^Q, X_kv W_i^K, X_kv W_i^V),   MHA = Concat(head_1..head_h) W^O
+    head_i = Attention(X_q W_i^Q, X_kv W_{i // g}^K, X_kv W_{i // g}^V),   MHA = Concat(head_1..head_h) W^O
 
-With ``d_k = d_model / h`` the h heads together cost about as much as one full-width head: the
-projections are the same four d_model x d_model matrices, only reshaped into h slices. Self-
+With ``head_dim = d_model / h`` the h heads together cost about as much as one full-width head:
+the projections are the same four d_model x d_model matrices, only reshaped into h slices. Self-
 attention is the special case ``key = value = query``; cross-attention passes the encoder's
 output as ``key``/``value``. It is the same module either way.
+
+``num_kv_heads`` (default ``num_heads``) key/value heads serve ``g = num_heads / num_kv_heads``
+query heads each (Ainslie et al. 2023): W^K and W^V shrink to ``num_kv_heads * head_dim`` outputs
+and the KV cache (:mod:`transformer_lib.kv_cache`) shrinks by g. ``num_kv_heads == num_heads`` is
+ordinary multi-head attention; ``num_kv_heads == 1`` is multi-query attention (Shazeer 2019).
+SmolLM2-135M uses 9 query heads and 3 key/value heads (chapter 17).
+
+Two paths, held equal by tests (tests/test_multihead.py):
+
+* readable (``need_weights=True``, or a hook on ``hook_pattern``): repeat each key/value head g
+  times (:func:`repeat_kv`), then the book's attention core; returns the weights;
+* fast: ``torch.nn.functional.scaled_dot_product_attention`` with ``enable_gqa`` (no copy of the
+  shared heads), and ``is_causal`` or no mask tensor at all when that is exact.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ._checks import check_cache_layer, check_floating, check_mask, check_int, check_probability
+from ._checks.attention import check_score_bias
 from .attention import _attention, _attention_fast
+from .masks import causal_mask
 
-__all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "is_hooked"]
+__all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "repeat_kv", "is_hooked"]
 
 
 def is_hooked(module: nn.Module | None) -> bool:
@@ -25,27 +42,36 @@ def is_hooked(module: nn.Module | None) -> bool:
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, L, D) -> (B, H, L, D // H)."""
+    """(B, L, H * d) -> (B, H, L, d)."""
     B, L, D = x.shape
-    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # (B, H, L, d_k)
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # (B, H, L, head_dim)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, L, d_k) -> (B, L, H * d_k): the 'concatenate' step."""
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, D)
+    """(B, H, L, d) -> (B, L, H * d): the 'concatenate' step."""
+    B, H, L, d = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d)  # (B, L, H * d)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, H_kv, L, d) -> (B, H_kv * groups, L, d): head j is repeated for query heads j*g .. j*g+g-1."""
+    if groups == 1:
+        return x
+    B, H_kv, L, d = x.shape
+    return x[:, :, None].expand(B, H_kv, groups, L, d).reshape(B, H_kv * groups, L, d)  # (B, H, L, d)
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with separate Q, K, V and output projections.
+    """Multi-head (and grouped-query) attention with separate Q, K, V and output projections.
 
     Four named ``nn.Linear`` layers (rather than one fused ``in_proj``) keep the paper's W^Q,
     W^K, W^V, W^O visible; :meth:`from_torch` copies the fused weights of
-    ``torch.nn.MultiheadAttention`` into them.
+    ``torch.nn.MultiheadAttention`` into them. ``head_dim`` defaults to ``d_model / num_heads``.
 
     Call as ``mha(query, key=None, value=None, mask=None, need_weights=False)`` with batch-first
     tensors (B, L, d_model). ``mask`` is boolean, ``True = may attend``, broadcastable to
-    (B, H, L_q, L_k). Returns ``(output (B, L_q, d_model), weights (B, H, L_q, L_k) or None)``.
+    (B, H, L_q, L_k); ``causal=True`` adds the causal mask (queries aligned to the end of the
+    keys). Returns ``(output (B, L_q, d_model), weights (B, H, L_q, L_k) or None)``.
 
     Optional ``rotary`` (a :class:`~transformer_lib.positional.RotaryEmbedding`) rotates queries
     and keys by position after the projections; ``bias`` in :meth:`forward` adds e.g. ALiBi.
@@ -56,33 +82,43 @@ class MultiHeadAttention(nn.Module):
     (.., L_q, L_past + L_q). It is how a decoder generates one token per step (chapter 17).
 
     ``hook_z`` / ``hook_pattern`` (modules, usually the calling block's ``nn.Identity`` hook
-    points, see :mod:`transformer_lib.probes`): each head's output z (B, L_q, H, d_k) passes
+    points, see :mod:`transformer_lib.probes`): each head's output z (B, L_q, H, head_dim) passes
     through ``hook_z`` before the output projection, so a hook there can read or replace it;
     ``hook_pattern`` is called with the weights (B, H, L_q, L_k) whenever they are computed, and
     a hook on it makes this call take the readable path (the fused one never forms them).
     """
 
-    def __init__(self, d_model: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
-                 rotary: nn.Module | None = None):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None, head_dim: int | None = None,
+                 bias: bool = True, dropout: float = 0.0, rotary: nn.Module | None = None):
         super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_int("d_model", d_model)
         check_int("num_heads", num_heads)
+        check_int("num_kv_heads", num_kv_heads)
         check_probability("dropout", dropout)
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
-                f"head gets d_k = d_model / num_heads features")
-        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) "
+                             "so that each key/value head serves the same number of query heads")
+        if head_dim is None:
+            if d_model % num_heads != 0:
+                raise ValueError(
+                    f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
+                    f"head gets head_dim = d_model / num_heads features, or pass head_dim")
+            head_dim = d_model // num_heads
+        check_int("head_dim", head_dim)
+        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d_model, num_heads, num_kv_heads, head_dim
+        self.groups = num_heads // num_kv_heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)  # W^Q: one per query head
+        self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)  # W^K: shared by g query heads
+        self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)  # W^V: shared by g query heads
+        self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)  # W^O
         self.rotary = rotary
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                need_weights: bool = False, bias: torch.Tensor | None = None, cache=None, layer: int = 0,
+                need_weights: bool = False, bias: torch.Tensor | None = None, causal: bool = False,
+                cache=None, layer: int = 0,
                 hook_z: nn.Module | None = None, hook_pattern: nn.Module | None = None):
         if cache is not None and any(t is not None and t is not query for t in (key, value)):
             raise ValueError("cache is for self-attention only: pass the query alone (key=value=None)")
@@ -97,32 +133,48 @@ class MultiHeadAttention(nn.Module):
                 f"batch sizes differ: query {query.shape[0]}, key/memory {key.shape[0]}, value {value.shape[0]}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
-        B, L_q, L_k = query.shape[0], query.shape[1], key.shape[1]
+        B, L_q = query.shape[0], query.shape[1]
         past = 0
         if cache is not None:
             check_cache_layer(cache, layer)
             past = cache.lengths[layer]
-        check_mask(mask, (B, self.num_heads, L_q, past + L_k))  # checked once here, before the cache changes
+        L_k = past + key.shape[1]
+        check_mask(mask, (B, self.num_heads, L_q, L_k))  # checked once here, before the cache changes
+        check_score_bias(bias, (B, self.num_heads, L_q, L_k))
+        if causal and L_q > L_k:
+            raise ValueError(f"causal attention needs at least as many keys as queries, got {L_q} queries "
+                             f"and {L_k} keys")
 
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d_k)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, L_k, d_k)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, L_k, d_k)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, L_k, d)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, H_kv, L_k, d)
         if self.rotary is not None:  # positions past .. past + L - 1
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, H, past + L_k, d_k) each
+            k, v = cache.update(layer, k, v)  # (B, H_kv, past + L_k, d) each
         p = self.dropout if self.training else 0.0
-        if need_weights or is_hooked(hook_pattern):
-            out, weights = _attention(q, k, v, mask, None, bias, p)  # readable path, keeps the weights
+        readable = need_weights or is_hooked(hook_pattern)
+        if causal and (readable or mask is not None or bias is not None or p > 0.0 or 1 < L_q < L_k):
+            causal_m = causal_mask(L_q, L_k, query.device)  # (L_q, L_k): query i sits at L_k - L_q + i
+            mask = causal_m if mask is None else mask & causal_m
+        elif causal:  # exact without a mask tensor: one query sees every key, or L_q == L_k
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=L_q > 1, enable_gqa=self.groups > 1)
+            return self._merge(out, B, L_q, hook_z), None
+        if readable:
+            out, weights = _attention(q, repeat_kv(k, self.groups), repeat_kv(v, self.groups), mask, None, bias, p)
             if hook_pattern is not None:
                 hook_pattern(weights)  # recorded only: the output is computed from the unhooked weights
             weights = weights if need_weights else None
         else:
-            out, weights = _attention_fast(q, k, v, mask, None, bias, p), None  # fused SDPA
+            out, weights = _attention_fast(q, k, v, mask, None, bias, p, enable_gqa=self.groups > 1), None
+        return self._merge(out, B, L_q, hook_z), weights  # (B, L_q, d_model), (B, H, L_q, L_k)
+
+    def _merge(self, out: torch.Tensor, B: int, L_q: int, hook_z: nn.Module | None) -> torch.Tensor:
+        """Heads (B, H, L_q, d) -> concatenated and projected (B, L_q, d_model), through ``hook_z``."""
         if hook_z is not None:
-            z = hook_z(out.transpose(1, 2))  # (B, H, L_q, d_k) -> (B, L_q, H, d_k): each head's output
-            return self.out_proj(z.reshape(B, L_q, self.d_model)), weights  # concatenate, project
-        return self.out_proj(merge_heads(out)), weights  # (B, L_q, d_model), (B, H, L_q, L_k)
+            z = hook_z(out.transpose(1, 2))  # (B, H, L_q, d) -> (B, L_q, H, d): each head's output
+            return self.out_proj(z.reshape(B, L_q, self.num_heads * self.head_dim))  # concatenate, project
+        return self.out_proj(merge_heads(out))  # (B, L_q, d_model)
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_int, check_number, check_positions, check_probability
+from ._checks import check_int, check_positions, check_number, check_probability
 
 __all__ = [
     "sinusoidal_encoding",
@@ -135,30 +135,34 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
     d = x.shape[-1]
     if d % 2:
         raise ValueError(f"RoPE needs an even head dimension, got {d}")
+    check_positions(positions)
+    if x.dim() < 2 or positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
+        raise ValueError(f"positions must be 1-D with one position per row of x (L = {x.shape[-2] if x.dim() > 1 else '?'}), "
+                         f"got shape {tuple(positions.shape)}")
     angles = rotary_angles(positions, d, base)  # (L, d/2)
     return rotate(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype), style)
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE (Su et al. 2021) as a module: ``rope(x, offset=0)`` rotates (..., L, d_k) by positions
+    """RoPE (Su et al. 2021) as a module: ``rope(x, offset=0)`` rotates (..., L, head_dim) by positions
     ``offset .. offset + L - 1``. Plug it into :class:`MultiHeadAttention` via ``rotary=``."""
 
-    def __init__(self, d_k: int, base: float = 10000.0, style: str = "interleaved"):
+    def __init__(self, head_dim: int, base: float = 10000.0, style: str = "interleaved"):
         super().__init__()
-        check_int("d_k", d_k)
+        check_int("head_dim", head_dim)
         check_number("base", base, 0, low_open=True)
-        if d_k % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got {d_k}")
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
         if style not in ROTARY_STYLES:
             raise ValueError(f"style must be one of {ROTARY_STYLES}, got {style!r}")
-        self.d_k, self.base, self.style = d_k, base, style
+        self.head_dim, self.base, self.style = head_dim, base, style
         self._table = None  # (cos, sin), each (L_max, d/2): decoding reuses it token after token
 
     def cos_sin(self, end: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of the angles of positions 0 .. end - 1, (end, d/2) each (a growing cache)."""
         if self._table is None or self._table[0].shape[0] < end or self._table[0].device != torch.device(device) \
                 or self._table[0].dtype != dtype:
-            angles = rotary_angles(torch.arange(max(end, 256), device=device), self.d_k, self.base)
+            angles = rotary_angles(torch.arange(max(end, 256), device=device), self.head_dim, self.base)
             self._table = (angles.cos().to(dtype), angles.sin().to(dtype))
         return self._table
 

@@ -12,7 +12,12 @@ import torch.nn.functional as F
 from transformer_lib.cost import count_parameters
 from transformer_lib.layers import DecoderLayer, EncoderLayer
 from transformer_lib.masks import causal_mask, prefix_lm_mask
+from transformer_lib.sampling import generate
 from transformer_lib.tasks import BOS, shift_right
+
+
+def greedy_decode(model, src, bos_id, max_len):  # the library's greedy decoding, BOS dropped
+    return generate(model.conditioned_on(src), torch.full((len(src), 1), bos_id), max_len)[:, 1:]
 
 
 def _loss_reference(model, src, target):
@@ -21,7 +26,7 @@ def _loss_reference(model, src, target):
 
 
 def _generate_reference(model, src, bos_id, max_len):
-    tokens = model.greedy_decode(src, bos_id, max_len)  # (B, n)
+    tokens = greedy_decode(model, src, bos_id, max_len)  # (B, n)
     logits = model(src, shift_right(tokens, bos_id))  # (B, n, V): re-scored in one parallel pass
     return tokens, logits
 
@@ -52,7 +57,7 @@ def _generate_no_feedback(model, src, bos_id, max_len):
 
 
 def _generate_unshifted(model, src, bos_id, max_len):
-    tokens = model.greedy_decode(src, bos_id, max_len)
+    tokens = greedy_decode(model, src, bos_id, max_len)
     return tokens, model(src, tokens)  # scores position t with the token of position t visible
 
 

@@ -17,30 +17,30 @@ def _reference_head_weights(layer, x, head):
 
 def _no_scale(layer, x, head):
     a = layer.self_attn
-    q = a.q_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
-    k = a.k_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
+    q = a.q_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
+    k = a.k_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
     return torch.softmax(q @ k.T, dim=-1)
 
 
 def _wrong_slice(layer, x, head):
     a = layer.self_attn
-    q = a.q_proj(x).view(-1, a.d_k, a.num_heads)[:, :, head]  # interleaved, not contiguous, slices
-    k = a.k_proj(x).view(-1, a.d_k, a.num_heads)[:, :, head]
-    return torch.softmax(q @ k.T / a.d_k ** 0.5, dim=-1)
+    q = a.q_proj(x).view(-1, a.head_dim, a.num_heads)[:, :, head]  # interleaved, not contiguous, slices
+    k = a.k_proj(x).view(-1, a.head_dim, a.num_heads)[:, :, head]
+    return torch.softmax(q @ k.T / a.head_dim ** 0.5, dim=-1)
 
 
 def _scaled_by_d_model(layer, x, head):  # 1/sqrt(d_model), not 1/sqrt(d_k)
     a = layer.self_attn
-    q = a.q_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
-    k = a.k_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
+    q = a.q_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
+    k = a.k_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
     return torch.softmax(q @ k.T / a.d_model ** 0.5, dim=-1)
 
 
 def _naive_exp(layer, x, head):  # exp / sum without the row max: overflows on large scores
     a = layer.self_attn
-    q = a.q_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
-    k = a.k_proj(x)[:, head * a.d_k:(head + 1) * a.d_k]
-    e = torch.exp(q @ k.T / a.d_k ** 0.5)
+    q = a.q_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
+    k = a.k_proj(x)[:, head * a.head_dim:(head + 1) * a.head_dim]
+    e = torch.exp(q @ k.T / a.head_dim ** 0.5)
     return e / e.sum(-1, keepdim=True)
 
 
@@ -49,16 +49,16 @@ def _head_weights_split(layer, x, head):
     a = layer.self_attn
     q = split_heads(a.q_proj(x[None]), a.num_heads)[0, head]  # (L, d_k)
     k = split_heads(a.k_proj(x[None]), a.num_heads)[0, head]
-    return torch.softmax(q @ k.T / a.d_k ** 0.5, dim=-1)
+    return torch.softmax(q @ k.T / a.head_dim ** 0.5, dim=-1)
 
 
 def _head_weights_einsum(layer, x, head):
     """A right answer: the head's rows of the weight matrices, einsum for every product."""
     a = layer.self_attn
-    rows = slice(head * a.d_k, (head + 1) * a.d_k)
+    rows = slice(head * a.head_dim, (head + 1) * a.head_dim)
     q = torch.einsum("ld,kd->lk", x, a.q_proj.weight[rows]) + a.q_proj.bias[rows]  # (L, d_k)
     k = torch.einsum("ld,kd->lk", x, a.k_proj.weight[rows]) + a.k_proj.bias[rows]
-    return torch.einsum("ik,jk->ij", q, k).div(a.d_k ** 0.5).softmax(dim=-1).numpy()
+    return torch.einsum("ik,jk->ij", q, k).div(a.head_dim ** 0.5).softmax(dim=-1).numpy()
 
 
 ANSWERS = {

@@ -59,6 +59,21 @@ def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None
             f"{tuple(scores_shape)} (..., L_q, L_k)")
 
 
+def check_score_bias(bias: torch.Tensor | None, scores_shape: tuple[int, ...]) -> None:
+    """``bias`` must be None, or a floating tensor broadcastable to ``scores_shape`` (an additive
+    bias on the attention scores, such as ALiBi's (1, H, L_q, L_k))."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise ValueError(f"bias must be a floating-point torch.Tensor, got "
+                         f"{getattr(bias, 'dtype', type(bias).__name__)}")
+    ok = bias.dim() <= len(scores_shape) and all(
+        b in (1, s) for b, s in zip(reversed(bias.shape), reversed(scores_shape)))
+    if not ok:
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape "
+                         f"{tuple(scores_shape)} (B, H, L_q, L_k)")
+
+
 def check_square_maps(weights: torch.Tensor) -> int:
     """Self-attention maps (..., L, L); return L."""
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:

@@ -26,7 +26,7 @@ from torch import nn
 from .._checks import check_parallel_split
 from ..attention import attention_fast
 from ..feedforward import FeedForward
-from ..multihead import MultiHeadAttention, merge_heads, split_heads
+from ..multihead import MultiHeadAttention, merge_heads, repeat_kv, split_heads
 
 __all__ = ["copy_to_parallel", "reduce_from_parallel", "ColumnRowParallelMLP", "HeadParallelAttention"]
 
@@ -103,12 +103,14 @@ class ColumnRowParallelMLP(nn.Module):
 
 class HeadParallelAttention(nn.Module):
     """Rank ``rank``'s H/N heads of a :class:`~transformer_lib.multihead.MultiHeadAttention`:
-    Q, K, V column-parallel (whole heads per rank), W^O row-parallel, one all-reduce."""
+    Q, K, V column-parallel (whole heads per rank), W^O row-parallel, one all-reduce. With
+    grouped-query attention each rank keeps its query heads' key/value heads (H_kv/N of them)."""
 
     def __init__(self, dense: MultiHeadAttention, rank: int, world_size: int):
         super().__init__()
         check_parallel_split("num_heads", dense.num_heads, world_size)
-        self.local_heads = dense.num_heads // world_size
+        check_parallel_split("num_kv_heads", dense.num_kv_heads, world_size)
+        self.local_heads, self.local_kv_heads = dense.num_heads // world_size, dense.num_kv_heads // world_size
         for name in ("q", "k", "v"):  # rows [r D/N, (r + 1) D/N) of W (D, D): heads r H/N .. (r + 1) H/N - 1
             proj = getattr(dense, f"{name}_proj")
             setattr(self, f"w{name}", nn.Parameter(_shard(proj.weight, 0, rank, world_size)))  # (D/N, D)
@@ -120,8 +122,9 @@ class HeadParallelAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = copy_to_parallel(x)  # (B, L, D)
         q = split_heads(F.linear(x, self.wq, self.bq), self.local_heads)  # (B, H/N, L, d_k)
-        k = split_heads(F.linear(x, self.wk, self.bk), self.local_heads)  # (B, H/N, L, d_k)
-        v = split_heads(F.linear(x, self.wv, self.bv), self.local_heads)  # (B, H/N, L, d_k)
+        k = split_heads(F.linear(x, self.wk, self.bk), self.local_kv_heads)  # (B, H_kv/N, L, d_k)
+        v = split_heads(F.linear(x, self.wv, self.bv), self.local_kv_heads)  # (B, H_kv/N, L, d_k)
+        k, v = repeat_kv(k, self.local_heads // self.local_kv_heads), repeat_kv(v, self.local_heads // self.local_kv_heads)
         heads = merge_heads(attention_fast(q, k, v, mask))  # (B, L, D/N): this rank's heads, concatenated
         out = reduce_from_parallel(F.linear(heads, self.wo))  # (B, L, D): the one all-reduce
         return out if self.bo is None else out + self.bo

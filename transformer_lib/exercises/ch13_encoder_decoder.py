@@ -1,7 +1,7 @@
 """Chapter 13 exercises: encoder vs decoder.
 
 The references are the library's own: :class:`~transformer_lib.model.Seq2SeqTransformer`'s
-forward pass and ``greedy_decode``, :func:`~transformer_lib.tasks.shift_right`,
+forward pass and greedy decoding (:func:`~transformer_lib.sampling.generate`), :func:`~transformer_lib.tasks.shift_right`,
 :func:`~transformer_lib.masks.prefix_lm_mask` and ``count_parameters`` of the two layer classes.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ..cost import count_parameters
 from ..layers import DecoderLayer, EncoderLayer
 from ..masks import prefix_lm_mask
 from ..model import Seq2SeqTransformer
+from ..sampling import generate
 from ..tasks import BOS, shift_right
 from ._core import NotYet, compare_arrays, compare_function, compare_value, exercise, seed_cpu
 
@@ -66,13 +67,13 @@ def _check_generate(answer):
         label = f"a batch of {src.shape[0]} sources of length {src.shape[1]}, max_len={n}"
         with torch.no_grad():
             got = answer(model, src, BOS, n)
-            tokens = model.greedy_decode(src, BOS, n)  # (B, n)
+            tokens = generate(model.conditioned_on(src), torch.full((len(src), 1), BOS), n)[:, 1:]  # (B, n)
             logits = model(src, shift_right(tokens, BOS))  # (B, n, V): re-scored in one parallel pass
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise NotYet("return a pair (tokens (B, max_len), logits (B, max_len, V))")
         compare_arrays(got[0], tokens, what=f"tokens for {label}", atol=0)
         compare_arrays(got[1], logits, what=f"logits for {label}", atol=1e-5)
-    return (f"tokens equal greedy_decode and the logits equal one parallel pass over the shifted "
+    return (f"tokens equal greedy decoding and the logits equal one parallel pass over the shifted "
             f"output on all {len(cases)} batches.")
 
 

@@ -4,7 +4,8 @@ functions (:mod:`transformer_lib.circuits`) on inputs built here."""
 import torch
 
 from ..circuits import logit_difference, normalized_score, unembed
-from ..pretrained.llama import LlamaConfig, LlamaDecoder
+from ..model import DecoderOnlyLM
+from ..pretrained.llama import LlamaConfig, llama_decoder
 from ._core import NotYet, compare_arrays, exercise, require_function, seed_cpu, to_number
 
 
@@ -29,11 +30,11 @@ def _check_logit_difference(answer):
     return f"right on all {len(cases)} batches (one prompt, several, a one-token prompt, swapped answers)."
 
 
-def _tiny_decoder(seed: int) -> LlamaDecoder:
+def _tiny_decoder(seed: int) -> DecoderOnlyLM:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaDecoder(LlamaConfig(vocab_size=40, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1,
-                                         d_ff=8, context_length=8))
+        model = llama_decoder(LlamaConfig(vocab_size=40, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                                          d_ff=8, context_length=8))
         with torch.no_grad():
             model.norm.weight.copy_(torch.rand(16) * 2 + 0.1)  # a scale that is not all ones
     return model.eval()

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._checks import check_text, check_token_ids
+from .._checks import check_int, check_text, check_token_ids
 from ..device import get_device
 from ..layers import EncoderLayer
 from ..norms import LayerNorm
@@ -260,8 +260,7 @@ class PretrainedEncoder:
         """
         if isinstance(texts, str):
             raise ValueError("encode takes a list of strings; wrap a single sentence as [text]")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_int("batch_size", batch_size)  # an integer >= 1 (2.5 rows make no batch)
         out = []
         for start in range(0, max(len(texts), 1), batch_size):  # an empty list fails in token_ids
             ids, mask = self.token_ids(texts[start:start + batch_size])

@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct, a real instruction-tuned decoder, in the library's own modules (chapter 17).
 
-A Llama-style decoder (:mod:`.llama`): 30 blocks, width 576, 9 query heads sharing 3 key/value
+Chapter 16's :class:`~transformer_lib.model.DecoderOnlyLM` with Llama's switches (:mod:`.llama`): 30 blocks, width 576, 9 query heads sharing 3 key/value
 heads (grouped-query attention), SwiGLU FFN 1536, RMSNorm, RoPE (base 100000), a byte-level BPE
 vocabulary of 49,152 and a ChatML chat template. Its logits equal the reference implementation's
 (``transformers`` on the same GGUF) to within 1e-4 (tests/test_smollm2.py).
@@ -35,7 +35,8 @@ from .._checks import check_chat_messages, check_text
 from ..device import get_device
 from ..sampling import beam_search, generate_ids
 from .gguf import bpe_tokenizer_from_gguf, read_gguf, read_gguf_metadata
-from .llama import LlamaConfig, LlamaDecoder, llama_state_from_gguf
+from ..model import DecoderOnlyLM
+from .llama import LlamaConfig, llama_decoder, llama_state_from_gguf
 
 __all__ = ["SMOLLM2_PACKAGE", "SMOLLM2_INSTALL_HINT", "smollm2_gguf_path", "load_smollm2_tokenizer",
            "load_smollm2", "SmolLM2", "render_chat"]
@@ -78,12 +79,15 @@ def render_chat(template: str, messages, add_generation_prompt: bool = True) -> 
 
 
 class SmolLM2:
-    """The model (:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) with its tokenizer and
-    chat template. Attributes: ``model``, ``tokenizer`` (``tokenizers.Tokenizer``), ``config``,
+    """The model (a :class:`~transformer_lib.model.DecoderOnlyLM`) with its tokenizer and
+    chat template. Attributes: ``model``, ``tokenizer`` (``tokenizers.Tokenizer``), ``config`` (a
+    :class:`~transformer_lib.pretrained.llama.LlamaConfig`),
     ``chat_template``, ``bos_id``, ``eos_id``, ``add_bos``, ``device``."""
 
-    def __init__(self, model: LlamaDecoder, tokenizer, meta: dict, device: torch.device):
-        self.model, self.tokenizer, self.config, self.device = model, tokenizer, model.cfg, device
+    def __init__(self, model: DecoderOnlyLM, tokenizer, meta: dict, device: torch.device,
+                 config: LlamaConfig | None = None):
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.config = LlamaConfig.from_gguf(meta) if config is None else config
         self.chat_template = meta.get("tokenizer.chat_template")
         self.bos_id = int(meta.get("tokenizer.ggml.bos_token_id", 1))
         self.eos_id = int(meta.get("tokenizer.ggml.eos_token_id", 2))
@@ -163,10 +167,11 @@ def load_smollm2(device: torch.device | str | None = None, path: str | Path | No
     meta, tensors = read_gguf(path)
     cfg = LlamaConfig.from_gguf(meta)
     with torch.device("meta"):  # no random initialization: every weight comes from the file
-        model = LlamaDecoder(cfg)
+        model = llama_decoder(cfg)
     model.load_state_dict(llama_state_from_gguf(tensors, cfg), strict=True, assign=True)
+    model.head.weight = model.embed.weight  # loading assigned two Parameters: tie them again
     device = get_device() if device is None else torch.device(device)
     model = model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return SmolLM2(model, bpe_tokenizer_from_gguf(meta), meta, device)
+    return SmolLM2(model, bpe_tokenizer_from_gguf(meta), meta, device, cfg)

@@ -13,11 +13,11 @@ tables and figures from what the modules did rather than from numbers typed by h
   and :func:`head_pattern_scores` (chapters 2, 14).
 * :mod:`.gradients`: :func:`dependency_map` (chapter 13) and :func:`input_gradient_norms` (chapter 9).
 """
-from .activations import HOOK_POINTS, block_attention, head_contributions, hook_points, patch_activations, record_activations
+from .activations import HOOK_POINTS, head_contributions, hook_points, patch_activations, record_activations
 from .attention import AttentionCall, mask_kind, record_attention
 from .gradients import dependency_map, input_gradient_norms
 from .scores import column_score, diagonal_score, head_pattern_scores, head_scores
 
 __all__ = ["AttentionCall", "record_attention", "record_activations", "patch_activations", "mask_kind",
            "head_scores", "diagonal_score", "column_score", "head_pattern_scores", "dependency_map",
-           "input_gradient_norms", "hook_points", "head_contributions", "block_attention", "HOOK_POINTS"]
+           "input_gradient_norms", "hook_points", "head_contributions", "HOOK_POINTS"]

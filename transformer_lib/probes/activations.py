@@ -1,13 +1,15 @@
 """Reading and replacing any module's output by its path: the tools of interpretability.
 
 Names are the paths of ``model.named_modules()``. Every decoder of the library (the reader's
-GPT, :class:`~transformer_lib.model.DecoderOnlyLM`, and SmolLM2's
-:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) has the same names for block i:
+GPT and SmolLM2, both a :class:`~transformer_lib.model.DecoderOnlyLM`, and both stacks of the
+encoder-decoder and MiniLM's encoder) has the same names for block i (the hook points are made by
+:mod:`transformer_lib.layers`, whose ``HOOK_POINTS`` lists them):
 
 ==============================  =================  ==================================================
 name                            shape              what it is
 ==============================  =================  ==================================================
 ``blocks.{i}``                  (B, L, D)          the residual stream after block i
+``blocks.{i}.hook_resid_post``  (B, L, D)          the same, as a hook point of its own
 ``blocks.{i}.hook_attn_out``    (B, L, D)          the attention sub-layer's contribution to it
 ``blocks.{i}.hook_ffn_out``     (B, L, D)          the FFN sub-layer's contribution to it
 ``blocks.{i}.hook_z``           (B, L, H, d_head)  each head's output, before the output projection
@@ -35,12 +37,9 @@ import torch
 import torch.nn as nn
 
 from .._checks import check_block_index, check_head_outputs, check_module, check_module_names, check_patches
-from ..grouped_query import GroupedQueryAttention
-from ..multihead import MultiHeadAttention
+from ..layers import HOOK_POINTS
 
 __all__ = ["record_activations", "patch_activations", "hook_points", "head_contributions", "HOOK_POINTS"]
-
-HOOK_POINTS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern")
 
 
 def hook_points(model: nn.Module) -> list[str]:
@@ -114,16 +113,6 @@ def patch_activations(model: nn.Module, patches: dict) -> Iterator[None]:
             handle.remove()
 
 
-def block_attention(model: nn.Module, layer: int) -> nn.Module:
-    """The attention module of block ``layer`` (``self_attn`` in the GPT, ``attn`` in SmolLM2)."""
-    check_block_index(model, layer)
-    found = [m for m in model.blocks[layer].children() if isinstance(m, (MultiHeadAttention, GroupedQueryAttention))]
-    if len(found) != 1:
-        raise ValueError(f"block {layer} of {type(model).__name__} must hold exactly one attention module, "
-                         f"found {len(found)}")
-    return found[0]
-
-
 def head_contributions(model: nn.Module, layer: int, z: torch.Tensor) -> torch.Tensor:
     """What each head of block ``layer`` adds to the residual stream: (B, L, H, d_head) -> (B, L, H, D).
 
@@ -134,9 +123,9 @@ def head_contributions(model: nn.Module, layer: int, z: torch.Tensor) -> torch.T
 
     so the sum over heads plus W^O's bias is ``blocks.{layer}.hook_attn_out`` (Elhage et al. 2021:
     heads are independent and additive). ``z`` is a ``blocks.{layer}.hook_z`` recording."""
-    attn = block_attention(model, layer)
-    H = attn.num_heads
-    d_head = getattr(attn, "d_k", None) or attn.head_dim
+    check_block_index(model, layer)
+    attn = model.blocks[layer].self_attn
+    H, d_head = attn.num_heads, attn.head_dim
     check_head_outputs(z, H, d_head)
     W_O = attn.out_proj.weight  # (D, H * d_head)
     W_O = W_O.view(W_O.shape[0], H, d_head)  # (D, H, d_head): head h's columns

@@ -1,6 +1,6 @@
 """Recording what every attention module did (chapters 2-4, 10, 12-14, 17).
 
-:func:`record_attention` hooks every attention module (multi-head or grouped-query) inside a
+:func:`record_attention` hooks every attention module (:class:`~transformer_lib.multihead.MultiHeadAttention`, multi-head or grouped-query) inside a
 model and records, per call, the query, key and value it received, its mask and, with
 ``weights=True``, its attention weights. This is the library's one way to look at attention
 weights of every call: no layer or model keeps a copy of its own. :func:`mask_kind` names a
@@ -16,7 +16,6 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
-from ..grouped_query import GroupedQueryAttention
 from ..masks import causal_mask, prefix_lm_mask
 from ..multihead import MultiHeadAttention
 
@@ -80,31 +79,25 @@ class AttentionCall:
 
 
 def _attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, (MultiHeadAttention, GroupedQueryAttention))]
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
 
 
-def _call_inputs(module: nn.Module, bound: inspect.BoundArguments):
-    """(query, key, value, mask, cached length, causal) of one attention call, whatever the module.
-
-    A :class:`GroupedQueryAttention` attends from ``x`` to ``x`` (plus its cache), and its
-    ``causal=True`` is part of the mask it applies, so the recorded mask includes it."""
+def _call_inputs(bound: inspect.BoundArguments):
+    """(query, key, value, mask, cached length, causal) of one attention call. ``causal=True`` is
+    part of the mask the module applies, so the recorded mask includes it."""
     args = bound.arguments
     cache, layer = args.get("cache"), args.get("layer", 0)
     past = cache.lengths[layer] if cache is not None else 0
-    if isinstance(module, GroupedQueryAttention):
-        x = args["x"]
-        return x, x, x, args.get("mask"), past, bool(args.get("causal"))
     q, k, v = args["query"], args.get("key"), args.get("value")
     k = q if k is None else k
     v = k if v is None else v
-    return q, k, v, args.get("mask"), past, False
+    return q, k, v, args.get("mask"), past, bool(args.get("causal"))
 
 
 @contextlib.contextmanager
 def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[AttentionCall]]:
     """Record every attention call inside the ``with`` block: every
-    :class:`~transformer_lib.multihead.MultiHeadAttention` and
-    :class:`~transformer_lib.grouped_query.GroupedQueryAttention` of any model of the library
+    :class:`~transformer_lib.multihead.MultiHeadAttention` of any model of the library
     (encoder-decoders, GPTs, the toy models, MiniLM's encoder, SmolLM2's blocks), as the same
     :class:`AttentionCall` records.
 
@@ -128,14 +121,13 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
     if not modules:
         raise ValueError(f"{type(model).__name__} contains no attention module to record")
     calls: list[AttentionCall] = []
-    signatures = {cls: inspect.signature(cls.forward) for cls in (MultiHeadAttention, GroupedQueryAttention)}
+    signature = inspect.signature(MultiHeadAttention.forward)
     pending: dict[int, tuple] = {}  # id(module) -> its call's inputs, read before the cache grows
 
     def before(module, args, kwargs):
-        cls = GroupedQueryAttention if isinstance(module, GroupedQueryAttention) else MultiHeadAttention
-        bound = signatures[cls].bind(module, *args, **kwargs)
+        bound = signature.bind(module, *args, **kwargs)
         bound.apply_defaults()
-        pending[id(module)] = _call_inputs(module, bound)
+        pending[id(module)] = _call_inputs(bound)
         if weights:
             bound.arguments["need_weights"] = True
             return bound.args[1:], bound.kwargs  # without ``self``

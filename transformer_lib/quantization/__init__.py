@@ -10,12 +10,12 @@ with its GGUF file's own 4-bit blocks.
   which swaps them into a model in place; :func:`transformer_lib.sampling.generate_ids` drives it.
 - :mod:`.roofline`: the bandwidth ceiling of decoding, and prefill's arithmetic intensity.
 - :mod:`.gguf_blocks`: ``load_smollm2_quantized``, no dequantization at load.
-- :mod:`.fused`: ``QuantizedLlamaDecoder``, one compiled call per generated token (q/k/v and
+- :mod:`.fused`: ``FusedDecodeStep``, one compiled call per generated token (q/k/v and
   gate/up fused into one pass each, the KV cache written in place), and its readable reference.
 """
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
-from .fused import QuantizedLlamaDecoder, decode_step_reference, fuse_rows
+from .fused import FusedDecodeStep, decode_step_reference, fuse_rows
 from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
 from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matvec, matvec_reference,
                       quantize_activations, simd_available, vnni_available)
@@ -27,5 +27,5 @@ __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize
            "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
            "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
-           "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "QuantizedLlamaDecoder", "decode_step_reference",
+           "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
            "fuse_rows"]

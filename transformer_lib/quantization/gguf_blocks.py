@@ -20,11 +20,11 @@ import torch
 
 from ..device import get_device
 from ..pretrained.gguf import _metadata, _reader, bpe_tokenizer_from_gguf
-from ..pretrained.llama import LlamaConfig, llama_state_from_gguf
+from ..pretrained.llama import LlamaConfig, llama_decoder, llama_state_from_gguf
 from ..pretrained.smollm2 import SmolLM2, smollm2_gguf_path
 from .._checks.quantization import check_activations
 from .formats import bytes_per_block
-from .fused import QuantizedLlamaDecoder
+from .fused import FusedDecodeStep
 from .modules import QuantizedEmbedding, QuantizedLinear
 
 __all__ = ["read_gguf_blocks", "load_smollm2_quantized"]
@@ -78,9 +78,12 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
     raw, _ = _blocks(reader)
     state = llama_state_from_gguf(raw, cfg)  # GGUF names -> the module's names, W^Q / W^K rows un-permuted
     with torch.device("meta"):  # no random initialization: every weight comes from the file
-        model = QuantizedLlamaDecoder(cfg)  # a LlamaDecoder with the fused one-token step
+        model = llama_decoder(cfg)
+    model.decode_step = FusedDecodeStep()  # the fused one-token step
     floats = {}
     for name, tensor in state.items():
+        if name == "head.weight":
+            continue  # tied: the head is the embedding's own blocks (below)
         if tensor.dtype != torch.uint8:  # the norms' float32 weights
             floats[name] = tensor
             continue
@@ -91,6 +94,7 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
         parent_name, _, child = module_name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, QuantizedEmbedding(layer) if module_name == "embed" else layer)
+    model.head = model.embed.head  # the tied output head: the same QuantizedLinear
     model.load_state_dict(floats, strict=False, assign=True)
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
     if left:
@@ -99,4 +103,4 @@ def load_smollm2_quantized(device: torch.device | str | None = None, path: str |
     model = model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return SmolLM2(model, bpe_tokenizer_from_gguf(meta), meta, device)
+    return SmolLM2(model, bpe_tokenizer_from_gguf(meta), meta, device, cfg)

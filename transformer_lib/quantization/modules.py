@@ -14,8 +14,8 @@ Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is)
 and x's rounding adds its own small error; prefill stays float32 either way).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
-for the input and multiplied as the output head. A model that writes its head as
-``x @ self.embed.weight.T`` (:class:`~transformer_lib.pretrained.llama.LlamaDecoder`) gets from
+for the input and multiplied as the output head (a tied ``DecoderOnlyLM`` head is that same
+:class:`QuantizedLinear`). A model that writes its head as ``x @ self.embed.weight.T`` gets from
 ``.weight`` a :class:`QuantizedWeight`, a small tensor-like object (PyTorch's
 ``__torch_function__`` protocol) that turns that product into a kernel call.
 """
@@ -28,7 +28,9 @@ import torch.nn.functional as F
 from .._checks import check_matvec_input, check_quantization_args
 from .._checks.quantization import check_activations
 from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
+from .fused import FusedDecodeStep
 from .kernels import matvec
+from ..model import DecoderOnlyLM
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
            "KERNEL_MAX_ROWS"]
@@ -161,13 +163,11 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
     or 4 (asymmetric, q4_1), in place, and return the model. Its embedding is quantized too when it
     is tied to the output head: when a linear layer shares its weight (``DecoderOnlyLM``), or when
-    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``, as in
-    ``LlamaDecoder``). Untied embeddings, norms and biases stay float32. Layers whose input width
+    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay float32. Layers whose input width
     ``group_size`` does not divide raise a ValueError before anything is replaced. ``activations``:
     see :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
-    :class:`~transformer_lib.pretrained.llama.LlamaDecoder` becomes a
-    :class:`~.fused.QuantizedLlamaDecoder` (its class is changed in place): the same modules, plus
-    the fused one-token decoding step."""
+    :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
+    its ``decode_step`` (:class:`~.fused.FusedDecodeStep`; it runs for Llama's configuration)."""
     check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
@@ -193,10 +193,8 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     for name, m in linears.items():
         parent, child = _parent(model, name)
         setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size, activations))
-    from ..pretrained.llama import LlamaDecoder
-    from .fused import QuantizedLlamaDecoder
-    if type(model) is LlamaDecoder:  # the same object, now with the fused one-token step (fused.py)
-        model.__class__ = QuantizedLlamaDecoder
+    if isinstance(model, DecoderOnlyLM):  # offered each cached one-token step; runs when the configuration fits
+        model.decode_step = FusedDecodeStep()
     return model
 
 
