@@ -144,13 +144,9 @@ def test_special_tokens_as_a_bare_string_is_refused_not_split_into_characters():
     assert list(tok.special_tokens) == ["<eos>"] and tok.encode("<eos>") == [tok.special_tokens["<eos>"]]
 
 
-def test_causal_mask_with_fewer_keys_agrees_with_its_grouped_query_twin():
-    from transformer_lib.grouped_query import causal_mask_with_offset
+def test_causal_mask_with_fewer_keys_than_queries_is_refused():
     with pytest.raises(ValueError, match="L_k"):
         masks.causal_mask(4, 2)
-    with pytest.raises(ValueError):
-        causal_mask_with_offset(4, 2)
-    assert torch.equal(masks.causal_mask(2, 4), causal_mask_with_offset(2, 4))
 
 
 def test_tie_rank_of_a_negative_id_is_refused_not_ranked_as_byte_255():

@@ -9,7 +9,7 @@ from .tokens import check_token_ids
 
 def check_decoder(model) -> None:
     """``model`` must be a decoder of the library: an ``nn.Module`` with ``.blocks``, ``.embed``
-    and a final ``.norm`` (the reader's pre-norm GPT, SmolLM2's :class:`LlamaDecoder`)."""
+    and a final ``.norm`` (the reader's pre-norm GPT, SmolLM2, the same DecoderOnlyLM)."""
     import torch.nn as nn
 
     if not isinstance(model, nn.Module):
