@@ -154,6 +154,23 @@ def test_a_cache_for_another_number_of_layers_is_refused_before_anything_runs(la
         _gpt("rope")(torch.zeros(1, 2, dtype=torch.long), cache={"keys": []})
 
 
+def test_llama_context_length_counts_the_cached_tokens():
+    """A pretrained RoPE model (context_length set, as load_smollm2 does) refuses positions past
+    its trained context, cached ones included, before any layer appends to the cache."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=7, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24,
+                      context_length=8)
+    model = llama_decoder(cfg).eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.zeros(1, 6, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="9 positions exceed the context length 8"):
+            model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="9 positions exceed the context length 8"):
+            model(torch.zeros(1, 9, dtype=torch.long))
+    assert cache.lengths == [6, 6]  # refused before any layer appended
+
+
 def test_multihead_cache_is_for_self_attention_and_checks_the_mask_first():
     mha = tl.MultiHeadAttention(16, 4)
     cache = KVCache(1)

@@ -220,7 +220,9 @@ class DecoderOnlyLM(nn.Module):
     'interleaved' or 'halves'), ``norm_eps`` (the norms' epsilon), ``activation="swiglu"``,
     ``norm="rms"`` and ``tie_weights``. ``max_len`` is the context length: the learned table's size
     and the length a pretrained model was trained for (RoPE, ALiBi and sinusoidal models still run
-    past it, which is how chapter 5 measures extrapolation).
+    past it, which is how chapter 5 measures extrapolation). ``context_length`` makes the limit
+    hard for every scheme: a call whose cached plus new tokens pass it is refused before any layer
+    runs (a pretrained model's trained context, such as SmolLM2's 8192; None: no such limit).
 
     ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
     weight from N(0, init_std^2) and zeroes the biases (GPT-2 draws its weight matrices and token
@@ -235,7 +237,8 @@ class DecoderOnlyLM(nn.Module):
                  positional: str = "learned", norm: str = "layer", activation: str = "gelu",
                  norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
                  init_std: float | None = None, num_kv_heads: int | None = None, bias: bool = True,
-                 rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5):
+                 rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5,
+                 context_length: int | None = None):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("max_len", max_len)):
@@ -245,6 +248,9 @@ class DecoderOnlyLM(nn.Module):
         if init_std is not None:
             check_number("init_std", init_std, 0, low_open=True)
         check_number("norm_eps", norm_eps, 0, low_open=True)
+        if context_length is not None:
+            check_int("context_length", context_length)
+        self.context_length = context_length
         if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(f"unknown positional scheme {positional!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
@@ -282,6 +288,11 @@ class DecoderOnlyLM(nn.Module):
         return KVCache(len(self.blocks), initial_capacity)
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        if self.context_length is not None and tokens.dim() == 2:
+            past = 0 if cache is None else getattr(cache, "length", 0)
+            if past + tokens.shape[1] > self.context_length:
+                raise ValueError(f"tokens: {past + tokens.shape[1]} positions exceed the context length "
+                                 f"{self.context_length} ({past} cached + {tokens.shape[1]} new)")
         if cache is not None and self.decode_step is not None:
             logits = self.decode_step(self, tokens, cache)
             if logits is not None:
