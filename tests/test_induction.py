@@ -132,7 +132,7 @@ def test_train_induction_records_a_reproducible_curve_and_patterns():
         model = tl.DecoderOnlyLM(19, 16, 2, 2, max_len=12, ffn=False, init_std=0.02)
         runs.append(ind.train_induction(model, 20, batch_size=8, eval_every=10, seed=3, eval_size=16))
     rec = runs[0]
-    assert rec["steps"] == [0, 10, 20] and len(rec["train_loss"]) == 20
+    assert rec["steps"] == [0, 10, 20] and len(rec["loss"]) == 20 and not model.training
     assert rec["patterns"].shape == (3, 2, 2, 12, 12) and rec["shown_tokens"].shape == (12,)
     assert rec["in_context_loss"] == runs[1]["in_context_loss"], "seeded: the same curve twice"
     assert abs(rec["in_context_loss"][0] - torch.log(torch.tensor(19.0)).item()) < 0.3  # starts near ln V
