@@ -136,7 +136,8 @@ def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repe
 
     def evaluate(step):
         with torch.no_grad():
-            return {"steps": step, "in_context_loss": float(in_context_loss(model(eval_tokens), eval_tokens, eval_mask)),
+            loss = float(in_context_loss(model(eval_tokens), eval_tokens, eval_mask))
+            return {"steps": step, "in_context_loss": loss,
                     "patterns": attention_patterns(model, shown)[:, 0]}  # (layers, H, L, L)
 
     def step_fn(step):

@@ -19,13 +19,13 @@ Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, 
 (:mod:`transformer_lib.kv_cache`). One function per job, and one name per kind of argument
 (``tokens``: a (B, L) tensor of ids; ``prompt``: one prompt, a 1-D list or tensor of ids):
 
-=============================  ===============================================================
-:func:`generate`               a batch: ``tokens`` (B, L) -> (B, L + n), prompt included
-:func:`generate_ids`           one ``prompt`` -> its new ids (a list), the same loop on one row
-:func:`generate_each`          one ``prompt`` under several strategies, one row each, one batch
-:func:`beam_search`            one ``prompt`` -> the best beam's new ids and its score
-:func:`continuation_log_probs` one ``prompt`` -> the log-probability of each given continuation
-=============================  ===============================================================
+===============================  ================================================================
+:func:`generate`                 a batch: ``tokens`` (B, L) -> (B, L + n), prompt included
+:func:`generate_ids`             one ``prompt`` -> its new ids (a list), the same loop on one row
+:func:`generate_each`            one ``prompt`` under several strategies, one row each, one batch
+:func:`beam_search`              one ``prompt`` -> the best beam's new ids and its score
+:func:`continuation_log_probs`   one ``prompt`` -> the log-probability of each given continuation
+===============================  ================================================================
 
 They drive every decoder (``DecoderOnlyLM``, SmolLM2's, ``Seq2SeqTransformer.conditioned_on``)
 through one protocol: ``model(tokens (B, L), cache=None) -> logits (B, L, V)`` and

@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_int, check_real, check_token_ids
-__all__ = ["History", "train_loop", "fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule", "causal_lm_loss", "perplexity",
+__all__ = ["History", "train_loop", "fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule",
+           "causal_lm_loss", "perplexity",
            "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "train_lm"]
 
 
@@ -71,7 +72,8 @@ class History(dict):
 
 def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, step_fn: Callable[[int], Any], *,
                schedule: Callable[[int], float] | None = None, grad_clip: float | None = None, params=None,
-               after_backward: Callable[[], None] | None = None, loss_value: Callable[[torch.Tensor], float] | None = None,
+               after_backward: Callable[[], None] | None = None,
+               loss_value: Callable[[torch.Tensor], float] | None = None,
                evaluate: Callable[[int], dict] | None = None, eval_every: int | None = None,
                callback: Callable[[int, History], None] | None = None, record_lr: bool = False,
                train_mode: bool = True, progress: bool = False, desc: str = "training",
@@ -309,8 +311,8 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
         if callback is not None:
             callback(step, history)
 
-    history = train_loop(model, optimizer, steps, step_fn, schedule=warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio),
-                         grad_clip=grad_clip, evaluate=evaluate, eval_every=eval_every, callback=timed_callback,
-                         record_lr=True, progress=progress, desc=desc)
+    schedule = warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio)
+    history = train_loop(model, optimizer, steps, step_fn, schedule=schedule, grad_clip=grad_clip, evaluate=evaluate,
+                         eval_every=eval_every, callback=timed_callback, record_lr=True, progress=progress, desc=desc)
     history["tokens_per_s"] = steps * batch_size * context / max(clock["train_s"], 1e-9)
     return history

@@ -171,8 +171,9 @@ def train(rank: int, world_size: int, strategy: str, steps: int, global_batch: i
             dist.all_reduce(mean_loss)  # equal rows per rank
         return mean_loss.item() / world_size
 
-    history = train_loop(model, optimizer, steps, step_fn, schedule=warmup_cosine_schedule(min(recipe.warmup_steps, steps - 1), steps),
-                         grad_clip=recipe.grad_clip, after_backward=after_backward, loss_value=global_mean)
+    schedule = warmup_cosine_schedule(min(recipe.warmup_steps, steps - 1), steps)
+    history = train_loop(model, optimizer, steps, step_fn, schedule=schedule, grad_clip=recipe.grad_clip,
+                         after_backward=after_backward, loss_value=global_mean)
     history.update(state=full_state_dict(model), recipe=asdict(recipe))
     if measure:
         history.update(bytes=state_bytes(model, optimizer), sent_per_step=sent)
