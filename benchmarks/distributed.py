@@ -54,7 +54,7 @@ def _torchrun(strategy: str, nproc: int, folder: Path) -> dict:
     subprocess.run(cmd, check=True, cwd=ROOT, timeout=300, capture_output=True,
                    env=os.environ | tld.LOOPBACK_ENV)
     return {"state": torch.load(save, weights_only=True),
-            "losses": json.loads(Path(f"{save}.losses.json").read_text())}
+            "loss": json.loads(Path(f"{save}.losses.json").read_text())}
 
 
 def agreement() -> list[dict]:
@@ -69,10 +69,10 @@ def agreement() -> list[dict]:
                       else _torchrun(strategy, n, Path(folder)))
             rows.append({"strategy": strategy, "ranks": n, "how": how, "seconds": time.perf_counter() - start,
                          "param_diff": _diff(result["state"], reference["state"]),
-                         "loss_diff": max(abs(a - b) for a, b in zip(result["losses"], reference["losses"]))})
+                         "loss_diff": max(abs(a - b) for a, b in zip(result["loss"], reference["loss"]))})
             print(f"{strategy:>5} x {n} ({how:>8}): params {rows[-1]['param_diff']:.2e}, "
                   f"losses {rows[-1]['loss_diff']:.2e}  ({rows[-1]['seconds']:.1f} s)", flush=True)
-    return rows, reference["losses"]
+    return rows, reference["loss"]
 
 
 def memory_and_step_bytes() -> tuple[list[dict], list[dict]]:

@@ -276,7 +276,7 @@ def main(argv=None) -> None:
             mem = peak_memory(train)
             if seed == 0:
                 peak = None if mem is None else mem / 2**20
-            steps.append(statistics.median(h["step_s"] for h in run["history"]))
+            steps.append(statistics.median(run["history"]["step_s"]))
             accs.append(ft.accuracy(ft.predict(model, *inputs("test", start), start_layer=start), te_y))
             if method == "head":
                 agree.append(1.0)  # the encoder is untouched
@@ -287,7 +287,7 @@ def main(argv=None) -> None:
                                       "seeds": list(range(a.first_seed, seed + 1))}
             write_results(a.out, out)  # after every seed: a stopped run keeps what it measured
             print(f"{method:>13} seed {seed}: accuracy {accs[-1]:.3f}, step {steps[-1]:.3f} s, "
-                  f"agreement {agree[-1]:.3f}, loss {run['history'][-1]['loss']:.3f}  ({time.time() - t_start:.0f} s)")
+                  f"agreement {agree[-1]:.3f}, loss {run['history']['epoch_loss'][-1]:.3f}  ({time.time() - t_start:.0f} s)")
 
     if a.step_rounds:
         out["step_times"] = side_by_side_steps(lm, [m for m in a.methods if m in METHODS], data["train"],
@@ -302,7 +302,7 @@ def main(argv=None) -> None:
                                        seed=0, start_layer=start,
                                        evaluate=lambda mdl: ft.accuracy(ft.predict(mdl, cache["val"][start], va_m,
                                                                                    start_layer=start), va_y))
-            grid["val_accuracy"].append([h["eval"] for h in hist])
+            grid["val_accuracy"].append(hist["eval"])
             print(f"grid lr {lr:g}: " + " ".join(f"{h['eval']:.3f}" for h in hist))
             out["grid"] = grid
             write_results(a.out, out)

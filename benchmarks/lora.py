@@ -137,7 +137,7 @@ def part_sweep(args, smol, examples, test, save=None):
         lora.add_lora(smol.model, rank, alpha, TARGETS)
         trainable, _ = lora.count_parameters(smol.model)
         losses = instruct.train_lora(smol.model, examples, args.steps, args.batch, args.accumulation, args.lr,
-                                     pad_id=smol.eos_id, seed=0)
+                                     pad_id=smol.eos_id, seed=0)["loss"]
         answers = generate_all(smol, [p for p, _, _ in test], args.max_new_tokens)
         fmt, correct = score(test, answers)
         rows.append({"rank": rank, "alpha": alpha, "scale": alpha / rank, "trainable": trainable,
@@ -275,12 +275,12 @@ def main_run(args, smol, train, test, examples, t0):
     paths = lora.add_lora(smol.model, args.rank, args.alpha, TARGETS)
     trainable, total = lora.count_parameters(smol.model)
 
-    def log(step, loss):
-        print(f"step {step:3d}  loss {loss:.4f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    def log(step, history):
+        print(f"step {step:3d}  loss {history['loss'][-1]:.4f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     t_train = time.perf_counter()
     losses = instruct.train_lora(smol.model, examples, args.steps, args.batch, args.accumulation, args.lr,
-                                 pad_id=smol.eos_id, seed=0, log=log)
+                                 pad_id=smol.eos_id, seed=0, callback=log)["loss"]
     train_s = time.perf_counter() - t_train
     after = generate_all(smol, [p for p, _, _ in test], args.max_new_tokens)
     ordinary_after = generate_all(smol, ORDINARY, 32)

@@ -78,7 +78,7 @@ def run(method: str, beta: float | None, seed: int, steps: int, data: dict) -> d
         history = train_sft(policy, pairs, steps, BATCH, LR, seed)
     seconds = time.perf_counter() - start
     out = {"method": method, "beta": beta, "seed": seed, "pairs": len(pairs), "eval_pairs": len(eval_pairs),
-           "seconds": seconds, "history": {k: v for k, v in history.items() if k != "batch_loss"}}
+           "seconds": seconds, "history": {k: v for k, v in history.items() if k != "loss"}}
     if method == "sft":  # the preference metrics of the SFT model, read with DPO's beta = 0.1
         from transformer_lib.preference import preference_metrics
         out["eval_accuracy"] = preference_metrics(policy, reference, eval_pairs, 0.1)["accuracy"]

@@ -26,7 +26,8 @@ from _results import RESULTS, write_results  # noqa: E402
 import transformer_lib as tl  # noqa: E402
 from transformer_lib.data import GPT_CHECKPOINT, load_corpus, split_paragraphs  # noqa: E402
 from transformer_lib.tokenization import BPETokenizer  # noqa: E402
-from transformer_lib.training import evaluate_lm, sample, train_lm  # noqa: E402
+from transformer_lib.sampling import generate  # noqa: E402
+from transformer_lib.training import evaluate_lm, train_lm  # noqa: E402
 
 VOCAB = 1024
 # the checkpoint: the chapter's live model (2 layers of width 64, 64-token context, 0.17M
@@ -78,7 +79,7 @@ def run(tok, train_ids, val_ids, model_kw, train_kw, seed=0, desc="run"):
 def curves(history):
     keep = ("eval_steps", "eval_train", "eval_val", "tokens_per_s", "seconds")
     out = {k: history[k] for k in keep}
-    out["train_loss"] = [round(x, 4) for x in history["train_loss"]]
+    out["train_loss"] = [round(x, 4) for x in history["loss"]]
     return out
 
 
@@ -94,8 +95,8 @@ def phase_main(tok, train_ids, val_ids, results):
     model, h = run(tok, train_ids, val_ids, MAIN_MODEL, MAIN_TRAIN, desc="main model (checkpoint)")
     results["main"] = curves(h)
     prompt = torch.tensor([tok.encode("The attention")])
-    text = tok.decode(sample(model, prompt, 60, temperature=0.8, context=MAIN_MODEL["max_len"],
-                             generator=torch.Generator().manual_seed(0))[0].tolist())
+    text = tok.decode(generate(model.eval(), prompt, 60, temperature=0.8, context=MAIN_MODEL["max_len"],
+                               generator=torch.Generator().manual_seed(0))[0].tolist())
     print("sample:", text)
     config = {"vocab_size": len(tok), **MAIN_MODEL}
     info = {"val_loss": h["eval_val"][-1], "train_loss": h["eval_train"][-1], "tokens_per_s": h["tokens_per_s"],
@@ -124,7 +125,7 @@ def phase_grid(tok, train_ids, val_ids, results):
         for warmup in GRID_WARMUP:
             kw = {**SMALL_TRAIN, "lr": lr, "warmup_steps": warmup, "steps": GRID_STEPS, "eval_every": 25, "eval_windows": 32}
             _, h = run(tok, train_ids, val_ids, SMALL_MODEL, kw, desc=f"grid lr={lr:g} warmup={warmup}")
-            results["grid"].append({"lr": lr, "warmup": warmup, "train_loss": [round(x, 4) for x in h["train_loss"]],
+            results["grid"].append({"lr": lr, "warmup": warmup, "train_loss": [round(x, 4) for x in h["loss"]],
                                     "eval_steps": h["eval_steps"], "eval_val": h["eval_val"]})
 
 

@@ -56,15 +56,15 @@ def _max_diff(a: dict, b: dict) -> float:
 
 def _agrees(result: dict, reference: dict) -> None:
     assert _max_diff(result["state"], reference["state"]) < PARAM_ATOL
-    assert max(abs(x - y) for x, y in zip(result["losses"], reference["losses"])) < LOSS_ATOL
-    assert len(result["losses"]) == STEPS
+    assert max(abs(x - y) for x, y in zip(result["loss"], reference["loss"])) < LOSS_ATOL
+    assert len(result["loss"]) == STEPS
 
 
 def test_training_moves_the_model(reference):
     """The reference really trains (so agreeing with it means something)."""
     initial = tld.build_model(tld.book_tokens()[1], seed=0).state_dict()
     assert _max_diff(reference["state"], {k: v for k, v in initial.items() if k in reference["state"]}) > 1e-3
-    assert reference["losses"][-1] < reference["losses"][0]
+    assert reference["loss"][-1] < reference["loss"][0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +79,7 @@ def test_world_size_invariance(reference, strategy, world_size):
     results = _run(strategy, world_size)
     _agrees(results[0], reference)  # rank 0 holds the full model
     for result in results[1:]:  # every rank logged the same global-batch losses
-        assert result["losses"] == results[0]["losses"] and result["state"] == {}
+        assert result["loss"] == results[0]["loss"] and result["state"] == {}
 
 
 def test_ddp_buckets_overlap_backward():
@@ -285,7 +285,7 @@ def test_torchrun_entry_point(tmp_path, reference, strategy, nproc):
     assert run.returncode == 0, run.stderr[-3000:]
     state = torch.load(save, weights_only=True)  # plain tensors only
     losses = json.loads(Path(f"{save}.losses.json").read_text())
-    _agrees({"state": state, "losses": losses}, reference)
+    _agrees({"state": state, "loss": losses}, reference)
 
 
 def test_torchrun_bad_global_batch(tmp_path):

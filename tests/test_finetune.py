@@ -123,7 +123,9 @@ def test_training_the_head_on_cached_features_fits_a_small_set(lm, batch):
     hist = ft.train_classifier(model, states, mask, LABELS, lr=0.05, epochs=40, batch_size=3, seed=1,
                                start_layer=6, evaluate=lambda m: ft.accuracy(ft.predict(m, states, mask, 6), LABELS))
     after = F.cross_entropy(ft.predict(model, states, mask, start_layer=6), LABELS).item()
-    assert len(hist) == 40 and after < before / 2 and hist[-1]["eval"] == 1.0
+    assert len(hist["eval"]) == len(hist["epoch_loss"]) == 40 and len(hist["loss"]) == 40 * 2
+    assert after < before / 2 and hist["eval"][-1] == 1.0 and hist["epoch_loss"][-1] < hist["epoch_loss"][0]
+    assert not model.training
 
 
 def test_the_same_seed_trains_the_same_weights(lm, batch):

@@ -3,6 +3,8 @@ weights built by hand, and ablation through hook_z against a model whose head is
 Tolerances: float32 sums of <= 24 x 32 products (1e-5), eigenvalues in float64 (1e-4)."""
 import copy
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -132,7 +134,7 @@ def test_train_induction_records_a_reproducible_curve_and_patterns():
         model = tl.DecoderOnlyLM(19, 16, 2, 2, max_len=12, ffn=False, init_std=0.02)
         runs.append(ind.train_induction(model, 20, batch_size=8, eval_every=10, seed=3, eval_size=16))
     rec = runs[0]
-    assert rec["steps"] == [0, 10, 20] and len(rec["train_loss"]) == 20
+    assert rec["steps"] == [0, 10, 20] and len(rec["loss"]) == 20 and not model.training
     assert rec["patterns"].shape == (3, 2, 2, 12, 12) and rec["shown_tokens"].shape == (12,)
     assert rec["in_context_loss"] == runs[1]["in_context_loss"], "seeded: the same curve twice"
     assert abs(rec["in_context_loss"][0] - torch.log(torch.tensor(19.0)).item()) < 0.3  # starts near ln V
@@ -184,6 +186,17 @@ def test_a_saved_rotary_run_loads_from_its_config(tmp_path):
         torch.testing.assert_close(loaded(tokens), model.eval()(tokens), atol=0, rtol=0)  # the same weights
     with pytest.raises(FileNotFoundError):
         ind.load_induction_run(2, tmp_path / "missing.pt")
+
+
+def test_train_induction_trains_on_the_loop_core():
+    """A badly scaled start (init_std 0.5: confident wrong logits, loss ~4.4 nats) falls to the
+    guessing level ln V within 40 steps; the per-step loss is training's causal_lm_loss."""
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(19, 16, 2, 1, max_len=12, ffn=False, init_std=0.5, tie_weights=False)
+    rec = ind.train_induction(model, 40, batch_size=16, eval_every=20, seed=0, eval_size=32, warmup=0, lr=1e-2)
+    assert rec["steps"] == [0, 20, 40] and len(rec["loss"]) == 40 and not model.training
+    assert rec["loss"][0] > math.log(19) + 1.0 and rec["loss"][-1] < math.log(19) + 0.2
+    assert rec["in_context_loss"][-1] < rec["in_context_loss"][0] - 1.0
 
 
 def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():

@@ -100,7 +100,8 @@ def test_train_lora_lowers_the_answer_loss_and_trains_only_the_adapters():
     for _ in range(16):
         ids = torch.randint(0, 37, (5,), generator=g)
         examples.append((torch.cat([ids, torch.tensor([5, 6, 7])]), torch.tensor([False] * 5 + [True] * 3)))
-    losses = instruct.train_lora(model, examples, steps=20, batch_size=8, accumulation=2, lr=3e-2, seed=0)
+    losses = instruct.train_lora(model, examples, steps=20, batch_size=8, accumulation=2, lr=3e-2, seed=0)["loss"]
+    assert not model.training
     assert len(losses) == 20 and sum(losses[-5:]) / 5 < 0.3 * sum(losses[:5]) / 5
     for n, p in model.named_parameters():
         key = n.replace(".base.", ".")

@@ -2,6 +2,7 @@
 logits (hypothesis), seeded sampling against its distribution, ``generate`` / ``generate_ids`` /
 ``beam_search`` driving every decoder of the library (the reader's ``DecoderOnlyLM``, SmolLM2's
 configuration of ``DecoderOnlyLM``, the seq2seq decoder side) and their bad inputs (issue #26)."""
+import importlib
 import itertools
 import math
 
@@ -14,7 +15,6 @@ from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
 from transformer_lib.sampling import (apply_repetition_penalty, apply_temperature, beam_search,
                                       continuation_log_probs, generate, generate_each, generate_ids,
                                       next_token_probs, sample_next, top_k_filter, top_p_filter)
-from transformer_lib.training import sample
 
 
 # -- decoding strategies ------------------------------------------------------------------------
@@ -175,14 +175,17 @@ def test_generate_drives_every_decoder_and_equals_a_greedy_loop(name, model):
     assert torch.equal(sampled, generate(model, prompt, 6, temperature=1.0, top_k=5, seed=4, use_cache=False))
 
 
-def test_the_models_own_generation_calls_are_the_one_loop():
+def test_greedy_generation_of_every_decoder_is_the_one_loop():
     torch.manual_seed(0)
     gpt = tl.DecoderOnlyLM(11, 32, 4, 2, max_len=32, init_std=0.3).eval()
     prompt = torch.randint(0, 11, (2, 3))
-    assert torch.equal(sample(gpt, prompt, 7, temperature=0), _greedy_by_hand(gpt, prompt, 7))
-    a = sample(gpt, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(generate(gpt, prompt, 7), _greedy_by_hand(gpt, prompt, 7))
+    a = generate(gpt, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
     b = generate(gpt, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
     assert torch.equal(a, b)
+    generate(gpt.train(), prompt, 2)
+    assert gpt.training  # generation leaves the mode as it was (training.sample, removed, switched to eval)
+    assert not hasattr(importlib.import_module("transformer_lib.training"), "sample")
     s2s = tl.Seq2SeqTransformer(9, 11, d_model=32, num_heads=4, d_ff=64).eval()
     src = torch.randint(3, 9, (2, 6))
     bos = torch.full((2, 1), 1)
@@ -267,15 +270,45 @@ def test_continuation_log_probs_equal_one_pass_per_continuation(tiny):
     (lambda m: generate_each(m, [1], 3, [{}, {"temperature": -1.0}]), "temperature"),
     (lambda m: generate_each(m, [1], 3, [{"temperature": 1.0, "top_p": 2.0}]), "top_p"),
     (lambda m: generate_each(m, [1], 3, [{"temperature": 1.0, "seed": -1}]), "seed"),
-    (lambda m: generate_each(m, [], 3, [{}]), "prompt_ids"),
+    (lambda m: generate_each(m, [], 3, [{}]), "prompt"),
     (lambda m: generate_each(m, [1], 3, [{}], eos_id=-2), "eos_id"),
     (lambda m: continuation_log_probs(m, [1], []), "continuations"),
     (lambda m: continuation_log_probs(m, [1], [[2], []]), "continuations"),
-    (lambda m: continuation_log_probs(m, [], [[2]]), "prompt_ids"),
+    (lambda m: continuation_log_probs(m, [], [[2]]), "prompt"),
 ])
 def test_batched_decoding_bad_input_names_the_argument(tiny, call, name):
     with pytest.raises(ValueError, match=name):
         call(tiny)
+
+
+# -- issue #40: a negative id and a generation past the context -------------------------------------
+
+def test_a_negative_id_reports_the_vocabulary_range_not_the_integer_range(tiny):
+    gpt = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=16)
+    for model, V in ((tiny, tiny.embed.num_embeddings), (gpt, 11)):
+        for call in (lambda: generate_ids(model, [-1, 2], 3), lambda: generate(model, torch.tensor([[2, -1]]), 3),
+                     lambda: generate_each(model, [-1], 3, [{}]), lambda: beam_search(model, [-1], 2, 3),
+                     lambda: continuation_log_probs(model, [-1], [[2]])):
+            with pytest.raises(ValueError, match=rf"\[0, {V}\), got ids from -1"):
+                call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: generate_ids(m, [1, 2, 3], 7),  # reads 3 + 7 - 1 = 9 positions of 8
+    lambda m: generate(m, torch.tensor([[1, 2, 3]]), 7, use_cache=False),
+    lambda m: generate_each(m, [1, 2, 3], 7, [{}]),
+    lambda m: beam_search(m, [1, 2, 3], 2, 7),
+    lambda m: generate(m, torch.tensor([[1, 2, 3]]), 7, context=9),  # a window larger than the table
+])
+def test_generating_past_a_learned_context_raises_before_the_first_step(call):
+    gpt = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8).eval()  # a learned table of 8 positions
+    calls = []
+    gpt.register_forward_hook(lambda *args: calls.append(1))
+    with pytest.raises(ValueError, match="context"):
+        call(gpt)
+    assert calls == []  # refused up front: it used to compute the tokens that fit, then fail in the table
+    assert len(generate_ids(gpt, [1, 2, 3], 6)) == 6  # 8 positions read: fits exactly
+    assert generate(gpt, torch.tensor([[1, 2, 3]]), 7, context=8).shape == (1, 10)  # a window slides
 
 
 # -- issue #26: bad inputs of the generation API ----------------------------------------------------
@@ -311,10 +344,10 @@ def test_repetition_penalty_refuses_ids_outside_the_vocabulary(seen, message):
 
 
 @pytest.mark.parametrize("call, error, name", [
-    (lambda m: generate_ids(m, [[1, 2], [3, 4]], 3), ValueError, "prompt_ids"),  # flattened before
-    (lambda m: generate_ids(m, [1.7, 2.2], 3), ValueError, "prompt_ids"),  # truncated to [1, 2] before
-    (lambda m: generate_ids(m, [], 3), ValueError, "prompt_ids"),
-    (lambda m: generate_ids(m, [1, 99], 3), ValueError, "tokens"),
+    (lambda m: generate_ids(m, [[1, 2], [3, 4]], 3), ValueError, "prompt"),  # flattened before
+    (lambda m: generate_ids(m, [1.7, 2.2], 3), ValueError, "prompt"),  # truncated to [1, 2] before
+    (lambda m: generate_ids(m, [], 3), ValueError, "prompt"),
+    (lambda m: generate_ids(m, [1, 99], 3), ValueError, "prompt"),
     (lambda m: generate_ids(m, [1], -1), ValueError, "max_new_tokens"),
     (lambda m: generate_ids(m, [1], 2.0), ValueError, "max_new_tokens"),
     (lambda m: generate_ids(m, [1], 2, seed=-3), ValueError, "seed"),
@@ -327,7 +360,7 @@ def test_repetition_penalty_refuses_ids_outside_the_vocabulary(seen, message):
     (lambda m: generate(m, torch.ones(1, 2, dtype=torch.long), 2, context=0), ValueError, "context"),
     (lambda m: beam_search(m, [1], 2, 3, length_penalty=float("nan")), ValueError, "length_penalty"),
     (lambda m: beam_search(m, [1], 2, 3, eos_id=-1), ValueError, "eos_id"),
-    (lambda m: beam_search(m, [[1]], 2, 3), ValueError, "prompt_ids"),
+    (lambda m: beam_search(m, [[1]], 2, 3), ValueError, "prompt"),
     (lambda m: apply_temperature(torch.zeros(3), "hot"), TypeError, "temperature"),
 ])
 def test_generation_bad_input_names_the_argument(tiny, call, error, name):

@@ -1,6 +1,8 @@
-"""Training helpers (transformer_lib.training): the warmup-cosine schedule against torch's
-schedulers, the causal LM loss, perplexity, AdamW parameter groups, batching, evaluation,
-sampling and a short end-to-end run."""
+"""Training helpers (transformer_lib.training): the loop core (its steps against a hand-written
+loop, its schedule, evaluations, callback, history and mode rule), the warmup-cosine schedule
+against torch's schedulers, the causal LM loss, perplexity, AdamW parameter groups, batching,
+evaluation and short end-to-end runs of ``fit`` and ``train_lm``."""
+import copy
 import math
 
 import pytest
@@ -10,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.sampling import generate
-from transformer_lib.training import (causal_lm_loss, decay_parameter_groups, evaluate_lm, lm_batch, make_adamw,
-                                      perplexity, sample, train_lm, warmup_cosine_schedule)
+from transformer_lib.training import (History, causal_lm_loss, decay_parameter_groups, evaluate_lm, fit, lm_batch,
+                                      make_adamw, perplexity, train_lm, train_loop, warmup_cosine_schedule,
+                                      warmup_schedule)
 
 
 def lr_sequence(scheduler, optimizer, steps):
@@ -157,17 +159,6 @@ def test_evaluate_lm_is_the_mean_loss_over_windows():
         evaluate_lm(model, ids[:5], 8)
 
 
-def test_sample_at_temperature_zero_is_greedy_and_seeded_sampling_repeats():
-    model = tl.DecoderOnlyLM(30, d_model=16, num_heads=2, num_layers=1, max_len=32, init_std=0.5).eval()
-    prompt = torch.tensor([[1, 2, 3]])
-    assert torch.equal(sample(model, prompt, 5, temperature=0), generate(model, prompt, 5))
-    a = sample(model, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
-    b = sample(model, prompt, 8, 1.0, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(a, b) and a.shape == (1, 11)
-    with pytest.raises(ValueError):
-        sample(model, prompt, 2, temperature=-1)
-
-
 def test_train_lm_learns_a_periodic_text():
     torch.manual_seed(0)
     ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6] * 60)
@@ -176,8 +167,119 @@ def test_train_lm_learns_a_periodic_text():
                        warmup_steps=5, eval_every=20, progress=False)
     assert history["eval_val"][0] > 2.0  # about ln(10) at initialisation
     assert history["eval_val"][-1] < 0.5  # the period is learned
-    assert len(history["train_loss"]) == len(history["lr"]) == 60 and history["tokens_per_s"] > 0
+    assert len(history["loss"]) == len(history["lr"]) == 60 and history["tokens_per_s"] > 0
+    assert history["eval_steps"] == [0, 20, 40, 60] and isinstance(history, History) and not model.training
     assert history["lr"][4] == pytest.approx(1e-2) and history["lr"][-1] < 2e-3
+
+
+# -- the loop core ------------------------------------------------------------------------------
+
+def regression(seed=0, dropout=0.0):
+    """A small regression task: a 2-layer net and a fixed stream of batches."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(dropout), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    xs = torch.randn(12, 8, 4, generator=g)  # 12 batches of 8 rows
+    ys = xs @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])  # a linear target, learned in a few steps
+    return net, xs, ys
+
+
+def test_the_loop_core_equals_a_hand_written_loop_bit_for_bit():
+    """The same operations in the same order: zero_grad, forward, backward, clip, step, schedule."""
+    net, xs, ys = regression()
+    hand = copy.deepcopy(net)
+    opt = torch.optim.AdamW(hand.parameters(), lr=0.05)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine_schedule(3, 12, 0.1))
+    hand_losses, hand_lrs = [], []
+    for s in range(12):
+        loss = F.mse_loss(hand(xs[s]), ys[s])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(hand.parameters(), 0.5)
+        hand_lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        hand_losses.append(loss.item())
+    history = train_loop(net, torch.optim.AdamW(net.parameters(), lr=0.05), 12,
+                         lambda s: F.mse_loss(net(xs[s]), ys[s]), schedule=warmup_cosine_schedule(3, 12, 0.1),
+                         grad_clip=0.5, record_lr=True)
+    assert history["loss"] == hand_losses and history["lr"] == hand_lrs
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), hand.parameters()))
+    assert hand_losses[-1] < 0.5 * hand_losses[0]  # it trains
+
+
+def test_the_loop_cores_schedule_is_torchs_cosine_annealing():
+    net, xs, ys = regression()
+    history = train_loop(net, torch.optim.SGD(net.parameters(), lr=0.1), 10, lambda s: F.mse_loss(net(xs[s]), ys[s]),
+                         schedule=warmup_cosine_schedule(0, 10, 0.0), record_lr=True)
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    reference = lr_sequence(torch.optim.lr_scheduler.CosineAnnealingLR(probe, T_max=10), probe, 10)
+    assert history["lr"] == pytest.approx(reference, rel=1e-12, abs=1e-15)  # closed form vs torch's recursion
+    warm = train_loop(net, torch.optim.SGD(net.parameters(), lr=0.1), 6, lambda s: F.mse_loss(net(xs[s]), ys[s]),
+                      schedule=warmup_schedule(4), record_lr=True)
+    assert warm["lr"] == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1], rel=1e-12)
+
+
+def test_the_loop_core_calls_evaluations_and_the_callback_and_keeps_the_mode_rule():
+    net, xs, ys = regression(dropout=0.2)
+    seen = {"step": [], "eval": [], "callback": []}
+
+    def step_fn(s):
+        seen["step"].append(net.training)
+        return F.mse_loss(net(xs[s]), ys[s])
+
+    def evaluate(n):
+        seen["eval"].append((n, net.training))
+        return {"eval_steps": n, "eval_loss": F.mse_loss(net(xs[0]), ys[0]).item()}
+
+    def callback(step, history):
+        seen["callback"].append((step, len(history["loss"])))
+
+    history = train_loop(net, torch.optim.AdamW(net.parameters(), lr=0.01), 7, step_fn, evaluate=evaluate,
+                         eval_every=3, callback=callback)
+    assert seen["step"] == [True] * 7 and not net.training  # trains in train mode, left in eval mode
+    assert seen["eval"] == [(0, False), (3, False), (6, False), (7, False)]  # evaluations in eval mode
+    assert seen["callback"] == [(s, s + 1) for s in range(7)]  # after each step, its loss recorded
+    assert sorted(history) == ["eval_loss", "eval_steps", "loss"] and history["eval_steps"] == [0, 3, 6, 7]
+    seen["step"].clear()
+    train_loop(net, torch.optim.AdamW(net.parameters(), lr=0.01), 2, step_fn, train_mode=False)
+    assert seen["step"] == [False, False] and not net.training  # DPO's rule: dropout stays off
+
+    def broken(s):
+        raise RuntimeError("a failing step")
+    with pytest.raises(RuntimeError):
+        train_loop(net.train(), torch.optim.AdamW(net.parameters()), 2, broken)
+    assert not net.training  # the rule holds when a step fails too
+
+
+def test_a_step_that_backpropagates_itself_returns_a_float_and_is_not_backpropagated_again():
+    net, xs, ys = regression()
+    other = copy.deepcopy(net)
+
+    def accumulate(s):  # two half batches, as gradient accumulation does
+        total = 0.0
+        for half in (slice(0, 4), slice(4, 8)):
+            loss = F.mse_loss(net(xs[s][half]), ys[s][half]) / 2
+            loss.backward()
+            total += loss.item()
+        return total
+
+    a = train_loop(net, torch.optim.SGD(net.parameters(), lr=0.1), 3, accumulate)
+    b = train_loop(other, torch.optim.SGD(other.parameters(), lr=0.1), 3, lambda s: F.mse_loss(other(xs[s]), ys[s]))
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+    for p, q in zip(net.parameters(), other.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)  # equal up to the order of float sums
+
+
+def test_fit_returns_the_history_and_trains():
+    net, xs, ys = regression()
+    steps = []
+    history = fit(net, lambda s: (xs[s], ys[s]), lambda m, b: F.mse_loss(m(b[0]), b[1]), 12, lr=0.05,
+                  progress=False, callback=lambda step, h: steps.append(step))
+    assert isinstance(history, History) and len(history["loss"]) == 12 and steps == list(range(12))
+    assert history["loss"][-1] < 0.5 * history["loss"][0] and not net.training
+    with pytest.raises(ValueError, match="steps"):
+        train_loop(net, torch.optim.SGD(net.parameters(), lr=0.1), 0, lambda s: None)
 
 
 # -- the corpus split and the shipped checkpoint (chapter 16) -----------------------------------

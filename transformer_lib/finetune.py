@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ._checks import check_int, check_probability
 from ._checks.finetune import check_labelled_batch, check_training_settings
 from .pretrained.minilm import BertEncoder, PretrainedEncoder, cosine_matrix, mean_pool
+from .training import History, train_loop, warmup_schedule
 
 __all__ = ["SentenceClassifier", "head_logits", "tokenize", "set_trainable", "count_trainable", "frozen_states",
            "train_classifier", "predict", "accuracy", "sentence_embeddings", "spearman",
@@ -152,10 +153,14 @@ def _logits(model, inputs, mask, start_layer):
 
 def train_classifier(model: SentenceClassifier, inputs: torch.Tensor, attention_mask: torch.Tensor,
                      labels: torch.Tensor, *, lr: float, epochs: int, batch_size: int = 32, seed: int = 0,
-                     start_layer: int | None = None, weight_decay: float = 0.01, evaluate=None) -> list[dict]:
-    """Train the parameters that ``requires_grad`` with AdamW on cross-entropy; returns one dict
-    per epoch: ``loss`` (mean training loss), ``step_s`` (median seconds per step) and, when
-    ``evaluate`` is given, ``eval`` = ``evaluate(model)`` after that epoch.
+                     start_layer: int | None = None, weight_decay: float = 0.01, evaluate=None,
+                     callback=None) -> History:
+    """Train the parameters that ``requires_grad`` with AdamW on cross-entropy, on the loop core
+    (:func:`~transformer_lib.training.train_loop`); returns its :class:`~transformer_lib.training.History`:
+    ``loss`` (every step) and, one entry per epoch, ``epoch_loss`` (mean training loss),
+    ``step_s`` (median seconds per step) and, when ``evaluate`` is given, ``eval`` =
+    ``evaluate(model)`` after that epoch (in eval mode). ``callback(step, history)`` runs after
+    every step.
 
     ``inputs`` are ids (N, L), or, with ``start_layer``, the states (N, L, D) from
     :func:`frozen_states` (then only blocks from ``start_layer`` up run). The learning rate is
@@ -176,31 +181,33 @@ def train_classifier(model: SentenceClassifier, inputs: torch.Tensor, attention_
     torch.manual_seed(seed)  # the head's dropout
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     steps_per_epoch = -(-inputs.shape[0] // batch_size)
+    state = {"order": None, "t0": 0.0, "times": []}
+
+    def step_fn(step):
+        i = (step % steps_per_epoch) * batch_size
+        if i == 0:  # a new epoch: reshuffle
+            state["order"], state["times"] = torch.randperm(inputs.shape[0], generator=gen), []
+        idx = state["order"][i:i + batch_size]
+        state["t0"] = time.perf_counter()
+        m = attention_mask[idx]
+        width = int(m.sum(-1).max())  # drop columns that are padding in every row of this batch
+        return F.cross_entropy(_logits(model, inputs[idx][:, :width], m[:, :width], start_layer), labels[idx])
+
+    def end_of_step(step, history):
+        state["times"].append(time.perf_counter() - state["t0"])
+        if (step + 1) % steps_per_epoch == 0:  # the epoch's last step
+            model.eval()
+            losses, times = history["loss"][-steps_per_epoch:], state["times"]
+            history.log(epoch_loss=sum(losses) / len(losses), step_s=sorted(times)[len(times) // 2])
+            if evaluate is not None:
+                history.log(eval=evaluate(model))
+            model.train()
+        if callback is not None:
+            callback(step, history)
+
     warmup = max(1, (steps_per_epoch * epochs) // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
-    history = []
-    for _ in range(epochs):
-        model.train()
-        order = torch.randperm(inputs.shape[0], generator=gen)
-        losses, times = [], []
-        for i in range(0, len(order), batch_size):
-            idx = order[i:i + batch_size]
-            t0 = time.perf_counter()
-            m = attention_mask[idx]
-            width = int(m.sum(-1).max())  # drop columns that are padding in every row of this batch
-            loss = F.cross_entropy(_logits(model, inputs[idx][:, :width], m[:, :width], start_layer), labels[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss.item())
-        model.eval()
-        record = {"loss": sum(losses) / len(losses), "step_s": sorted(times)[len(times) // 2]}
-        if evaluate is not None:
-            record["eval"] = evaluate(model)
-        history.append(record)
-    return history
+    return train_loop(model, opt, steps_per_epoch * epochs, step_fn, schedule=warmup_schedule(warmup),
+                      params=params, callback=end_of_step)
 
 
 @torch.no_grad()

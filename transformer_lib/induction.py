@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from ._checks import check_choice, check_int, check_square_maps
 from ._checks.probes import check_block_index, check_module
 from .probes import patch_activations, record_activations
+from .training import causal_lm_loss, train_loop, warmup_schedule
 
 __all__ = ["repeated_random_tokens", "in_context_loss", "train_induction", "phase_change_step", "attention_patterns",
            "previous_token_scores", "induction_scores", "head_weights", "ov_circuit", "copying_scores",
@@ -101,7 +102,7 @@ def phase_change_step(steps, losses, window: int = 5) -> int:
 
 def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repeat: int | None = 6,
                     lr: float = 3e-3, eval_every: int = 25, seed: int = 0, eval_size: int = 128,
-                    warmup: int = 100, context: int | None = None):
+                    warmup: int = 100, context: int | None = None, callback=None):
     """Train ``model`` (a decoder-only LM) on :func:`repeated_random_tokens` of length ``context``
     with the ordinary next-token loss on every position, and follow the in-context loss.
 
@@ -110,12 +111,16 @@ def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repe
 
     Every ``eval_every`` steps it measures the in-context loss on a fixed evaluation batch (drawn
     like the training data, from seed ``seed + 1``) and keeps every head's pattern on one fixed
-    sequence whose second half repeats the first (for the chapter's step slider). Returns a dict:
-    ``steps``, ``in_context_loss`` (lists), ``patterns`` (evals, layers, H, L, L) and ``train_loss``
-    (every step). AdamW without weight decay, the learning rate rising linearly over ``warmup``
-    steps and then constant, gradients clipped at 1. Use an *untied* model (``tie_weights=False``):
-    in our runs (benchmarks/induction.py) the tied two-layer model stayed on the one-layer
-    plateau (in-context loss ~2.9) for 2000 steps, the untied one dropped to ~0.45."""
+    sequence whose second half repeats the first (for the chapter's step slider). Runs on the loop
+    core (:func:`~transformer_lib.training.train_loop`, with its :func:`~transformer_lib.training.causal_lm_loss`
+    and :func:`~transformer_lib.training.warmup_schedule`) and returns its
+    :class:`~transformer_lib.training.History`: ``loss`` (every step), per evaluation ``steps``,
+    ``in_context_loss`` and ``patterns`` (stacked: evals, layers, H, L, L), and ``shown_tokens``;
+    ``callback(step, history)`` runs after every step. AdamW without weight decay, the learning
+    rate rising linearly over ``warmup`` steps and then constant, gradients clipped at 1. Use an
+    *untied* model (``tie_weights=False``): in our runs (benchmarks/induction.py) the tied
+    two-layer model stayed on the one-layer plateau (in-context loss ~2.9) for 2000 steps, the
+    untied one dropped to ~0.45."""
     check_module(model)
     check_int("steps", steps)
     check_int("eval_every", eval_every, 1, steps)
@@ -128,34 +133,21 @@ def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repe
     g = torch.Generator().manual_seed(seed)
     eval_tokens, eval_mask = repeated_random_tokens(eval_size, L, V, min_repeat, torch.Generator().manual_seed(seed + 1))
     shown, _ = repeated_random_tokens(1, L, V, None, torch.Generator().manual_seed(seed + 2))
-    record = {"steps": [], "in_context_loss": [], "patterns": [], "train_loss": []}
 
     def evaluate(step):
-        model.eval()
         with torch.no_grad():
-            record["steps"].append(step)
-            record["in_context_loss"].append(float(in_context_loss(model(eval_tokens), eval_tokens, eval_mask)))
-            record["patterns"].append(attention_patterns(model, shown)[:, 0])  # (layers, H, L, L)
-        model.train()
+            loss = float(in_context_loss(model(eval_tokens), eval_tokens, eval_mask))
+            return {"steps": step, "in_context_loss": loss,
+                    "patterns": attention_patterns(model, shown)[:, 0]}  # (layers, H, L, L)
+
+    def step_fn(step):
+        tokens, _ = repeated_random_tokens(batch_size, L, V, min_repeat, g)
+        return causal_lm_loss(model(tokens), tokens)  # (B, L, V) logits, every position's next token
 
     params = [p for p in model.parameters() if p.requires_grad]  # a switched-off FFN is frozen
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    model.train()
-    for step in range(steps):
-        if step % eval_every == 0:
-            evaluate(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup else lr
-        tokens, _ = repeated_random_tokens(batch_size, L, V, min_repeat, g)
-        logits = model(tokens)  # (B, L, V)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        record["train_loss"].append(loss.item())
-    evaluate(steps)
-    model.eval()
+    record = train_loop(model, optimizer, steps, step_fn, schedule=warmup_schedule(warmup), grad_clip=1.0,
+                        params=params, evaluate=evaluate, eval_every=eval_every, callback=callback)
     record["patterns"] = torch.stack(record["patterns"])  # (evals, layers, H, L, L)
     record["shown_tokens"] = shown[0]
     return record

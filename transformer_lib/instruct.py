@@ -26,6 +26,7 @@ from torch import nn
 
 from ._checks import lora as _lc
 from ._checks.scalars import check_int, check_number
+from .training import History, train_loop
 
 IGNORE_INDEX = -100  # the label cross_entropy skips (Hugging Face's convention for prompt tokens)
 
@@ -103,11 +104,13 @@ def accumulate_gradients(model: nn.Module, micro_batches) -> float:
 
 
 def train_lora(model: nn.Module, examples, steps: int, batch_size: int = 8, accumulation: int = 1,
-               lr: float = 1e-3, pad_id: int = 0, seed: int = 0, log=None) -> list[float]:
-    """A short instruction-tuning loop: AdamW on the trainable parameters (the adapters, after
-    :func:`~transformer_lib.lora.add_lora`), ``steps`` optimizer steps of ``batch_size`` examples
-    drawn without replacement per epoch, each split into ``accumulation`` micro-batches. Returns
-    the loss of each step; ``log(step, loss)`` is called after each one if given."""
+               lr: float = 1e-3, pad_id: int = 0, seed: int = 0, callback=None) -> History:
+    """A short instruction-tuning loop on the loop core (:func:`~transformer_lib.training.train_loop`):
+    AdamW on the trainable parameters (the adapters, after :func:`~transformer_lib.lora.add_lora`),
+    ``steps`` optimizer steps of ``batch_size`` examples drawn without replacement per epoch, each
+    split into ``accumulation`` micro-batches (:func:`accumulate_gradients`). Returns the
+    :class:`~transformer_lib.training.History` (``history["loss"]``: the loss of each step);
+    ``callback(step, history)`` is called after each step. Leaves the model in eval mode."""
     _lc.check_lora_model(model)
     steps, batch_size, accumulation = (check_int("steps", steps), check_int("batch_size", batch_size),
                                        check_int("accumulation", accumulation, high=batch_size))
@@ -119,22 +122,18 @@ def train_lora(model: nn.Module, examples, steps: int, batch_size: int = 8, accu
     if not params:
         raise ValueError("model has no trainable parameters: call add_lora(model, ...) first")
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    rng, order, losses = random.Random(seed), [], []
-    model.train()
-    for step in range(steps):
+    rng, state = random.Random(seed), {"order": []}
+
+    def step_fn(step) -> float:  # back-propagates itself, micro-batch by micro-batch
+        order = state["order"]
         if len(order) < batch_size:  # a new epoch: shuffle again
             order = list(range(len(examples)))
             rng.shuffle(order)
-        batch, order = [examples[i] for i in order[:batch_size]], order[batch_size:]
+        batch, state["order"] = [examples[i] for i in order[:batch_size]], order[batch_size:]
         size = -(-batch_size // accumulation)
-        micro = [pad_batch(batch[i:i + size], pad_id) for i in range(0, batch_size, size)]
-        opt.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, micro))
-        opt.step()
-        if log is not None:
-            log(step, losses[-1])
-    model.eval()
-    return losses
+        return accumulate_gradients(model, [pad_batch(batch[i:i + size], pad_id) for i in range(0, batch_size, size)])
+
+    return train_loop(model, opt, steps, step_fn, params=params, callback=callback)
 
 
 # -- the chapter's task: answers as {"answer": ...} ----------------------------------------------------------

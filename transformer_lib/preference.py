@@ -28,6 +28,7 @@ from torch import nn
 from ._checks.preference import check_dpo_args, check_scores, check_sequence_logprobs_args, check_training_args
 from ._checks.scalars import check_int, check_number
 from ._checks.tokens import check_token_ids
+from .training import History, train_loop
 
 __all__ = ["sequence_logprobs", "dpo_loss", "letter_share", "win_rate", "sentence_prompts", "PreferencePairs",
            "make_pairs",
@@ -193,22 +194,19 @@ def _check_trainable(policy: nn.Module) -> None:
         raise ValueError("policy has no parameter that requires grad: nothing to train")
 
 
-def _record(history: dict, step: int, metrics: dict) -> None:
-    history["steps"].append(step)
-    for key, value in metrics.items():
-        history.setdefault(key, []).append(value)
-
-
 def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, beta: float, steps: int,
               batch_size: int = 16, lr: float = 1e-3, seed: int = 0, eval_pairs: PreferencePairs | None = None,
-              eval_every: int = 10) -> dict:
-    """Train ``policy`` in place with DPO on ``pairs`` against the frozen ``reference``.
+              eval_every: int = 10, callback=None) -> History:
+    """Train ``policy`` in place with DPO on ``pairs`` against the frozen ``reference``, on the loop
+    core (:func:`~transformer_lib.training.train_loop`).
 
     The reference's log-probabilities never change, so they are computed once, before training
     (what trl calls precomputing the reference). Dropout is off (the policy stays in eval mode):
     at step 0 the policy equals the reference exactly, every reward is 0 and the loss is log 2.
-    Every ``eval_every`` steps and at the end, the metrics of :func:`preference_metrics` on the
-    training pairs and on ``eval_pairs`` (held-out prompts, if given) are recorded.
+    Returns the :class:`~transformer_lib.training.History`: ``loss`` (every step's batch loss) and,
+    every ``eval_every`` steps and at the end, ``steps`` and the metrics of
+    :func:`preference_metrics` on the training pairs (``train_*``) and on ``eval_pairs``
+    (``eval_*``, held-out prompts, if given). ``callback(step, history)`` runs after every step.
     """
     check_training_args(steps, batch_size, lr, seed)
     check_number("beta", beta, 0, low_open=True)
@@ -218,49 +216,40 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, b
     with torch.no_grad():
         ref_chosen, ref_rejected = pair_logprobs(reference, pairs)  # (N,) each, fixed
         ref_eval = None if eval_pairs is None else pair_logprobs(reference, eval_pairs)
-    policy.eval()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
-    history: dict = {"steps": [], "batch_loss": []}
 
     def evaluate(step):
-        metrics = {f"train_{k}": v for k, v in _metrics(policy, pairs, ref_chosen, ref_rejected, beta).items()}
+        metrics = {"steps": step, **{f"train_{k}": v for k, v in _metrics(policy, pairs, ref_chosen, ref_rejected,
+                                                                        beta).items()}}
         if eval_pairs is not None:
             metrics.update({f"eval_{k}": v for k, v in _metrics(policy, eval_pairs, *ref_eval, beta).items()})
-        _record(history, step, metrics)
+        return metrics
 
-    evaluate(0)
-    for step in range(1, steps + 1):
+    def step_fn(step):
         index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
         chosen, rejected = pair_logprobs(policy, pairs.subset(index))
-        loss, _, _ = dpo_loss(chosen, rejected, ref_chosen[index], ref_rejected[index], beta)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history["batch_loss"].append(loss.item())
-        if step % eval_every == 0 or step == steps:
-            evaluate(step)
-    return history
+        return dpo_loss(chosen, rejected, ref_chosen[index], ref_rejected[index], beta)[0]
+
+    return train_loop(policy, optimizer, steps, step_fn, evaluate=evaluate, eval_every=eval_every,
+                      callback=callback, train_mode=False)
 
 
 def train_sft(policy: nn.Module, pairs: PreferencePairs, steps: int, batch_size: int = 16, lr: float = 1e-3,
-              seed: int = 0) -> dict:
+              seed: int = 0, callback=None) -> History:
     """The baseline: plain fine-tuning on the chosen answers only (cross-entropy on the answer's
-    tokens, the prompt masked), the rejected ones ignored. Same optimizer and batches as
-    :func:`train_dpo`; returns the per-step loss (mean negative log-probability per answer token)."""
+    tokens, the prompt masked), the rejected ones ignored. Same optimizer, batches and mode (eval:
+    dropout off) as :func:`train_dpo`; returns the :class:`~transformer_lib.training.History`
+    whose ``loss`` is the per-step loss (mean negative log-probability per answer token)."""
     check_training_args(steps, batch_size, lr, seed)
     _check_trainable(policy)
-    policy.eval()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     n_answer = pairs.mask[:, 1:].sum(-1).clamp_min(1)  # (N,) scored tokens per answer
-    history: dict = {"batch_loss": []}
-    for _ in range(steps):
+
+    def step_fn(step):
         index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
         tokens, mask = pairs.chosen[index], pairs.mask[index]
-        loss = -(sequence_logprobs(policy(tokens), tokens, mask) / n_answer[index]).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        history["batch_loss"].append(loss.item())
-    return history
+        return -(sequence_logprobs(policy(tokens), tokens, mask) / n_answer[index]).mean()
+
+    return train_loop(policy, optimizer, steps, step_fn, callback=callback, train_mode=False)

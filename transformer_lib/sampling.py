@@ -16,12 +16,22 @@ distribution. A decoding strategy turns that into one token:
 
 Filters return logits with removed tokens at ``-inf``; they work on (V,) or (B, V).
 :func:`generate` runs a decoder token by token on a batch, with or without its KV cache
-(:mod:`transformer_lib.kv_cache`); :func:`generate_ids` is the same loop for one prompt (a list of
-ids), :func:`generate_each` for one prompt under several strategies in one batch;
-:func:`continuation_log_probs` scores continuations in one pass; :func:`beam_search` reorders the
-cache as beams survive. They drive every decoder (``DecoderOnlyLM``, SmolLM2's ``LlamaDecoder``,
-``Seq2SeqTransformer.conditioned_on``) through one protocol: ``model(tokens (B, L), cache=None) ->
-logits (B, L, V)`` and ``model.new_cache() -> KVCache``.
+(:mod:`transformer_lib.kv_cache`). One function per job, and one name per kind of argument
+(``tokens``: a (B, L) tensor of ids; ``prompt``: one prompt, a 1-D list or tensor of ids):
+
+===============================  ================================================================
+:func:`generate`                 a batch: ``tokens`` (B, L) -> (B, L + n), prompt included
+:func:`generate_ids`             one ``prompt`` -> its new ids (a list), the same loop on one row
+:func:`generate_each`            one ``prompt`` under several strategies, one row each, one batch
+:func:`beam_search`              one ``prompt`` -> the best beam's new ids and its score
+:func:`continuation_log_probs`   one ``prompt`` -> the log-probability of each given continuation
+===============================  ================================================================
+
+They drive every decoder (``DecoderOnlyLM``, SmolLM2's, ``Seq2SeqTransformer.conditioned_on``)
+through one protocol: ``model(tokens (B, L), cache=None) -> logits (B, L, V)`` and
+``model.new_cache() -> KVCache``; model classes do not import this module. Ids are checked
+against the model's vocabulary (its ``embed`` table) and, for a model with a position table,
+the whole generation against its context, before the first forward pass.
 """
 from __future__ import annotations
 
@@ -142,6 +152,35 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def _check_ids(model, tokens: torch.Tensor, name: str) -> None:
+    """``tokens`` (B, L) must be ids of ``model``'s vocabulary (the rows of its token table
+    ``embed``); for a decoder without one, at least non-negative."""
+    table = getattr(model, "embed", None)
+    if isinstance(table, torch.nn.Embedding):
+        check_token_ids(tokens, table.num_embeddings, name)
+        return
+    check_token_ids(tokens, torch.iinfo(torch.long).max, name)  # dtype and shape
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ValueError(f"{name} must be token ids >= 0, got {int(tokens.min())}")
+
+
+def _check_fits(model, length: int, max_new_tokens: int, context: int | None) -> None:
+    """Refuse, before the first forward pass, a generation that would read past a position table:
+    a learned or sinusoidal table (``model.pos.max_len``) has no row for a later position. The
+    model reads the prompt and every new token but the last: ``length + max_new_tokens - 1``
+    positions. A ``context`` window (at most the table) slides instead."""
+    table = getattr(getattr(model, "pos", None), "max_len", None)
+    if table is None:
+        return
+    if context is not None:
+        check_int("context", context, 1, table)
+    elif length + max_new_tokens - 1 > table:
+        raise ValueError(f"a prompt of {length} tokens and max_new_tokens = {max_new_tokens} need "
+                         f"{length + max_new_tokens - 1} positions, past the model's context of {table} "
+                         f"(its position table): shorten the prompt, lower max_new_tokens, or pass "
+                         f"context={table} to slide a window over the last {table} tokens")
+
+
 @torch.no_grad()
 def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
@@ -154,8 +193,10 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
     has produced ``eos_id`` keeps producing it, and the loop stops once every row has. ``context``
     feeds the model only the last ``context`` tokens: once the sequence is longer, the cache is
     dropped, because a sliding window shifts every position (a cached key was computed at its old
-    position). ``repetition_penalty`` looks at each row's own tokens, prompt included."""
-    check_token_ids(tokens, torch.iinfo(torch.long).max)
+    position). ``repetition_penalty`` looks at each row's own tokens, prompt included. A model with
+    a position table (learned or sinusoidal) refuses, before the first step, to run past it
+    without a ``context`` window."""
+    _check_ids(model, tokens, "tokens")
     check_int("max_new_tokens", max_new_tokens, 0)
     _check_strategy(temperature, top_k, top_p, repetition_penalty)  # before any forward pass
     if eos_id is not None:
@@ -164,6 +205,7 @@ def generate(model, tokens: torch.Tensor, max_new_tokens: int, temperature: floa
         check_int("context", context)
     if tokens.shape[1] == 0:
         raise ValueError("tokens must hold at least one token per row (the prompt)")
+    _check_fits(model, tokens.shape[1], max_new_tokens, context)
     tokens = tokens.to(_device(model))
     gen = _generator(seed, generator, tokens.device)
 
@@ -199,13 +241,14 @@ def _decode(model, tokens: torch.Tensor, max_new_tokens: int, pick, eos_id, cach
 
 
 @torch.no_grad()
-def generate_ids(model, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+def generate_ids(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, repetition_penalty: float = 1.0, seed: int | None = None,
                  eos_id: int | None = None, use_cache: bool = True) -> list[int]:
-    """New token ids after ``prompt_ids`` (one 1-D prompt), stopping at ``eos_id`` (kept): a
-    one-row :func:`generate`."""
-    check_prompt_ids(prompt_ids)
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long)[None]  # (1, L)
+    """New token ids after ``prompt`` (one 1-D prompt: a list or tensor of ids), stopping at
+    ``eos_id`` (kept): a one-row :func:`generate`."""
+    check_prompt_ids(prompt, name="prompt")
+    ids = torch.as_tensor(prompt, dtype=torch.long)[None]  # (1, L)
+    _check_ids(model, ids, "prompt")
     out = generate(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed,
                    eos_id=eos_id, use_cache=use_cache)
     return out[0, ids.shape[1]:].tolist()
@@ -223,17 +266,17 @@ def _prefill_once(model, prompt: torch.Tensor, rows: int):
 
 
 @torch.no_grad()
-def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: int | None = None,
+def generate_each(model, prompt, max_new_tokens: int, strategies, eos_id: int | None = None,
                   use_cache: bool = True) -> list[list[int]]:
     """One prompt decoded with several strategies at once: row i of one batch follows
     ``strategies[i]`` (a dict of :func:`generate_ids`' keywords: temperature, top_k, top_p,
     repetition_penalty, seed) with its own generator; returns each row's new ids, up to its first
     ``eos_id`` (kept). Why: a step of a small model on a CPU costs about one read of every weight,
     for one row or six, so six strategies cost about what one does, and row i gets the tokens of
-    ``generate_ids(model, prompt_ids, max_new_tokens, eos_id=eos_id, **strategies[i])`` (the same
+    ``generate_ids(model, prompt, max_new_tokens, eos_id=eos_id, **strategies[i])`` (the same
     draws; the logits differ only by a batched matmul's rounding). The prompt runs once, its cache
     copied to every row. An unseeded sampling row draws from torch's global generator, shared."""
-    check_prompt_ids(prompt_ids)
+    check_prompt_ids(prompt, name="prompt")
     check_int("max_new_tokens", max_new_tokens, 0)
     if eos_id is not None:
         check_int("eos_id", eos_id, 0)
@@ -248,8 +291,9 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
         s.setdefault("repetition_penalty", 1.0)
         _check_strategy(s["temperature"], s.get("top_k"), s.get("top_p"), s["repetition_penalty"])
     device = _device(model)
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
-    check_token_ids(prompt[None], torch.iinfo(torch.long).max)
+    prompt = torch.as_tensor(prompt, dtype=torch.long, device=device)
+    _check_ids(model, prompt[None], "prompt")
+    _check_fits(model, prompt.numel(), max_new_tokens, None)
     tokens = prompt[None].repeat(len(strategies), 1)  # (B, L): one row per strategy
     gens = [_generator(s.get("seed"), None, device) for s in strategies]
     cache, logits = _prefill_once(model, prompt, len(strategies)) if use_cache else (None, None)
@@ -266,7 +310,7 @@ def generate_each(model, prompt_ids, max_new_tokens: int, strategies, eos_id: in
 
 
 @torch.no_grad()
-def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None = None
+def continuation_log_probs(model, prompt, continuations, eos_id: int | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log p (B,), lengths (B,))``: the model's log-probability of each continuation of one
     prompt (the sum over its tokens of log p(token | prompt, tokens before it)): the prompt runs
@@ -274,7 +318,7 @@ def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None 
     ``continuations`` is a list of id lists of any lengths, or a (B, n) tensor; tokens after a
     row's first ``eos_id`` are not counted. Rows are padded at the end, which a causal model never
     sees from the positions that count."""
-    check_prompt_ids(prompt_ids)
+    check_prompt_ids(prompt, name="prompt")
     rows = continuations.tolist() if isinstance(continuations, torch.Tensor) else [list(c) for c in continuations]
     if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("continuations must hold at least one non-empty continuation")
@@ -285,8 +329,10 @@ def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None 
     lengths = torch.tensor([len(r) for r in rows], device=device)  # (B,)
     n = int(lengths.max())
     new = torch.tensor([r + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=device)  # (B, n)
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
-    check_token_ids(torch.cat([prompt, new.flatten()])[None], torch.iinfo(torch.long).max)
+    prompt = torch.as_tensor(prompt, dtype=torch.long, device=device)
+    _check_ids(model, prompt[None], "prompt")
+    _check_ids(model, new, "continuations")
+    _check_fits(model, prompt.numel(), n, None)
     cache, first = _prefill_once(model, prompt, len(rows))  # (B, V): predicts each row's token 0
     rest = [model(new[:, :-1], cache=cache).float()] if n > 1 else []  # (B, n - 1, V): tokens 1 .. n-1
     logp = torch.cat([first[:, None], *rest], dim=1).log_softmax(-1)  # (B, n, V)
@@ -296,7 +342,7 @@ def continuation_log_probs(model, prompt_ids, continuations, eos_id: int | None 
 
 
 @torch.no_grad()
-def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: int | None = None,
+def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_id: int | None = None,
                 length_penalty: float = 1.0) -> tuple[list[int], float]:
     """Beam search with the KV cache; returns ``(best new ids, its score)``, score = sum of
     log-probs / (new length ** length_penalty). Finished beams (ending in ``eos_id``) leave the beam.
@@ -310,9 +356,11 @@ def beam_search(model, prompt_ids, num_beams: int, max_new_tokens: int, eos_id: 
     check_number("length_penalty", length_penalty)
     if eos_id is not None:
         check_int("eos_id", eos_id, 0)
-    check_prompt_ids(prompt_ids)
+    check_prompt_ids(prompt, name="prompt")
     device = _device(model)
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)[None]  # (1, L)
+    prompt = torch.as_tensor(prompt, dtype=torch.long, device=device)[None]  # (1, L)
+    _check_ids(model, prompt, "prompt")
+    _check_fits(model, prompt.shape[1], max_new_tokens, None)
     cache = model.new_cache()
     log_probs = model(prompt, cache=cache)[:, -1].log_softmax(-1)  # (1, V)
     beams: list[list[int]] = [[]]

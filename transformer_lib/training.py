@@ -1,5 +1,9 @@
-"""Training: a small explicit loop for the chapters' toy models, and the language-model recipe.
+"""Training: one loop core, the small loop of the chapters' toy models, and the language-model recipe.
 
+* :func:`train_loop` the loop core every training function of the library runs (step,
+  learning-rate schedule, gradient clipping, evaluations, callback), recording a :class:`History`
+  (``history["loss"]``: the loss of every step). The mode rule: a model trains in training mode
+  (DPO keeps eval mode: dropout off) and every training function leaves it in eval mode.
 * :func:`fit` the loop the early chapters use: AdamW (weight decay 0 by default, i.e. Adam), an
   optional linear warmup, gradient clipping, a progress bar and the loss of every step.
 * The recipe of chapter 16 ("Training a small GPT"), one helper per ingredient:
@@ -7,8 +11,8 @@
   :func:`perplexity`; :func:`warmup_cosine_schedule` (linear warmup, then cosine decay);
   :func:`decay_parameter_groups` and :func:`make_adamw` (weight decay on the weight matrices of
   linear layers only); :func:`lm_batch` and :func:`evaluate_lm` (random training windows,
-  deterministic validation windows); :func:`sample` (temperature sampling). The loop that ties
-  them together is :func:`train_lm`.
+  deterministic validation windows). The loop that ties them together is :func:`train_lm`;
+  text comes from :mod:`transformer_lib.sampling`.
 """
 from __future__ import annotations
 
@@ -21,10 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_int, check_number, check_token_ids
-from .sampling import generate
-
-__all__ = ["fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule", "causal_lm_loss", "perplexity",
-           "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "sample", "train_lm"]
+__all__ = ["History", "train_loop", "fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule",
+           "causal_lm_loss", "perplexity",
+           "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "train_lm"]
 
 
 def progress_bar(iterable, total: int | None = None, desc: str = ""):
@@ -50,36 +53,109 @@ def warmup_schedule(warmup_steps: int) -> Callable[[int], float]:
     return lambda step: min(1.0, (step + 1) / warmup_steps)
 
 
+# -- the loop core every training function runs ---------------------------------------------
+
+class History(dict):
+    """What a training run records: a dict of lists, one entry per step or per evaluation.
+
+    Every training function of the library returns one. ``history["loss"]`` is the loss of every
+    optimizer step (in order); functions that schedule the learning rate add ``history["lr"]``
+    (the rate each step used), and evaluations append their own lists (e.g. ``eval_steps``,
+    ``eval_val``), one entry per evaluation. A plain ``dict`` underneath, so it prints, pickles
+    and serializes to JSON like one."""
+
+    def log(self, **values) -> None:
+        """Append each value to the list of its name (created on first use)."""
+        for name, value in values.items():
+            self.setdefault(name, []).append(value)
+
+
+def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, step_fn: Callable[[int], Any], *,
+               schedule: Callable[[int], float] | None = None, grad_clip: float | None = None, params=None,
+               after_backward: Callable[[], None] | None = None,
+               loss_value: Callable[[torch.Tensor], float] | None = None,
+               evaluate: Callable[[int], dict] | None = None, eval_every: int | None = None,
+               callback: Callable[[int, History], None] | None = None, record_lr: bool = False,
+               train_mode: bool = True, progress: bool = False, desc: str = "training",
+               history: History | None = None) -> History:
+    """The loop core: ``steps`` optimizer steps, each
+
+    1. ``evaluate(n)`` first, when ``n`` (the updates done so far) is a multiple of ``eval_every``:
+       it runs in eval mode, its dict is logged into the history, and the model goes back to its
+       training mode;
+    2. ``optimizer.zero_grad()``, ``loss = step_fn(step)`` and ``loss.backward()`` (a ``step_fn``
+       that back-propagates itself, e.g. over micro-batches, returns the loss as a float instead);
+    3. ``after_backward()`` (e.g. averaging gradients across processes), gradient clipping at
+       ``grad_clip`` (over ``params``, default every parameter of the model), the optimizer step
+       and the learning-rate ``schedule`` (a multiplier of each group's initial rate, as
+       ``LambdaLR``);
+    4. ``history["loss"]`` gets ``loss_value(loss)`` (default ``float(loss)``), ``history["lr"]``
+       the rate used (with ``record_lr``), and ``callback(step, history)`` is called.
+
+    After the last step ``evaluate(steps)`` runs once more (if given). **The mode rule**: the model
+    trains in training mode (``train_mode=False`` keeps it in eval mode, dropout off, as DPO wants)
+    and every training function leaves it in eval mode, ready to evaluate or generate.
+    """
+    check_int("steps", steps)
+    if eval_every is not None:
+        check_int("eval_every", eval_every)
+    history = History() if history is None else history
+    scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    params = list(model.parameters()) if params is None else params
+
+    def run_evaluation(n):
+        model.eval()
+        history.log(**evaluate(n))
+        model.train(train_mode)
+
+    steps_iter = progress_bar(range(steps), total=steps, desc=desc) if progress else range(steps)
+    try:
+        model.train(train_mode)
+        for step in steps_iter:
+            if evaluate is not None and eval_every is not None and step % eval_every == 0:
+                run_evaluation(step)
+            optimizer.zero_grad(set_to_none=True)
+            loss = step_fn(step)
+            if isinstance(loss, torch.Tensor):
+                loss.backward()
+            if after_backward is not None:
+                after_backward()
+            if grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            if record_lr:
+                history.log(lr=optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            history.log(loss=loss_value(loss) if loss_value is not None else
+                        loss.item() if isinstance(loss, torch.Tensor) else float(loss))
+            if hasattr(steps_iter, "set_postfix_str") and step % max(1, steps // 20) == 0:
+                steps_iter.set_postfix_str(f"loss {history['loss'][-1]:.3f}", refresh=False)
+            if callback is not None:
+                callback(step, history)
+        if evaluate is not None:
+            model.eval()
+            history.log(**evaluate(steps))
+    finally:
+        model.eval()
+    return history
+
+
 def fit(model: torch.nn.Module, make_batch: Callable[[int], Any], loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
         steps: int, lr: float = 1e-3, warmup_steps: int = 0, grad_clip: float | None = 1.0,
         weight_decay: float = 0.0, desc: str = "training", progress: bool = True,
-        on_step: Callable[[int, float], None] | None = None) -> list[float]:
+        callback: Callable[[int, History], None] | None = None) -> History:
     """Train ``model`` for ``steps`` steps with AdamW (``weight_decay`` on every parameter; 0 by
-    default, which makes it plain Adam); return the loss of every step.
+    default, which makes it plain Adam); return the :class:`History` (``history["loss"]``: the
+    loss of every step).
 
     ``make_batch(step)`` returns a batch, ``loss_fn(model, batch)`` the scalar loss.
-    ``on_step(step, loss)`` is called after each update (e.g. to record gradient norms).
+    ``callback(step, history)`` is called after each update (e.g. to record gradient norms).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_schedule(warmup_steps))
-    model.train()
-    losses = []
-    steps_iter = progress_bar(range(steps), total=steps, desc=desc) if progress else range(steps)
-    for step in steps_iter:
-        loss = loss_fn(model, make_batch(step))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.item())
-        if hasattr(steps_iter, "set_postfix_str") and step % max(1, steps // 20) == 0:
-            steps_iter.set_postfix_str(f"loss {losses[-1]:.3f}", refresh=False)
-        if on_step is not None:
-            on_step(step, losses[-1])
-    model.eval()
-    return losses
+    return train_loop(model, optimizer, steps, lambda step: loss_fn(model, make_batch(step)),
+                      schedule=warmup_schedule(warmup_steps), grad_clip=grad_clip, callback=callback,
+                      progress=progress, desc=desc)
 
 
 # -- the language-model recipe (chapter 16) -------------------------------------------------
@@ -198,28 +274,19 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batch_size: i
     return total / n
 
 
-@torch.no_grad()
-def sample(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-           context: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Append ``max_new_tokens`` tokens to ``prompt`` (B, L), each drawn from softmax(logits / T);
-    ``temperature = 0`` is greedy. Only the last ``context`` tokens are fed to the model. One call
-    of :func:`transformer_lib.sampling.generate`, the library's generation loop (KV cache included)."""
-    return generate(model.eval(), prompt, max_new_tokens, temperature, generator=generator, context=context)
-
-
 def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *, steps: int, batch_size: int = 16,
              context: int = 64, lr: float = 3e-3, warmup_steps: int = 0, min_lr_ratio: float = 0.1,
              weight_decay: float = 0.1, grad_clip: float | None = 1.0, label_smoothing: float = 0.0,
              eval_every: int = 50, eval_windows: int = 32, seed: int = 0, progress: bool = True,
-             desc: str = "training") -> dict:
-    """The chapter-16 recipe in one plain loop: random windows, causal LM loss (optionally label
+             desc: str = "training", callback: Callable[[int, History], None] | None = None) -> History:
+    """The chapter-16 recipe on the loop core: random windows, causal LM loss (optionally label
     smoothed), AdamW with decay on linear weights only, warmup + cosine decay, gradient clipping.
 
     Every ``eval_every`` steps (and at the end) the plain cross-entropy on ``eval_windows`` fixed
     windows of the training and of the validation tokens is recorded, so the two curves are
-    measured the same way (the overfitting curve). Returns a dict with per-step ``train_loss``
-    and ``lr``, the evaluations ``eval_steps``/``eval_train``/``eval_val``, and ``tokens_per_s``
-    (training steps only, evaluation excluded).
+    measured the same way (the overfitting curve). Returns a :class:`History` with per-step
+    ``loss`` and ``lr``, the evaluations ``eval_steps``/``eval_train``/``eval_val``, and
+    ``tokens_per_s`` (training steps only, evaluation excluded).
     """
     import time
     check_int("steps", steps)
@@ -227,36 +294,25 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
     check_int("eval_windows", eval_windows)
     generator = torch.Generator().manual_seed(seed)
     optimizer = make_adamw(model, lr, weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio))
     device = next(model.parameters()).device
-    history: dict = {"train_loss": [], "lr": [], "eval_steps": [], "eval_train": [], "eval_val": []}
+    clock = {"start": 0.0, "train_s": 0.0}
 
     def evaluate(step):
-        history["eval_steps"].append(step)
-        history["eval_train"].append(evaluate_lm(model, train_ids, context, max_windows=eval_windows))
-        history["eval_val"].append(evaluate_lm(model, val_ids, context, max_windows=eval_windows))
+        return {"eval_steps": step, "eval_train": evaluate_lm(model, train_ids, context, max_windows=eval_windows),
+                "eval_val": evaluate_lm(model, val_ids, context, max_windows=eval_windows)}
 
-    train_seconds = 0.0
-    steps_iter = progress_bar(range(steps), total=steps, desc=desc) if progress else range(steps)
-    for step in steps_iter:
-        if step % eval_every == 0:
-            evaluate(step)
-        model.train()
-        start = time.perf_counter()
+    def step_fn(step):
+        clock["start"] = time.perf_counter()
         batch = lm_batch(train_ids, batch_size, context, generator).to(device)  # (B, context)
-        loss = causal_lm_loss(model(batch), batch, label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        history["lr"].append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-        history["train_loss"].append(loss.item())
-        train_seconds += time.perf_counter() - start
-        if hasattr(steps_iter, "set_postfix_str") and step % max(1, steps // 20) == 0:
-            steps_iter.set_postfix_str(f"loss {history['train_loss'][-1]:.3f}", refresh=False)
-    evaluate(steps)
-    history["tokens_per_s"] = steps * batch_size * context / max(train_seconds, 1e-9)
-    model.eval()
+        return causal_lm_loss(model(batch), batch, label_smoothing)
+
+    def timed_callback(step, history):
+        clock["train_s"] += time.perf_counter() - clock["start"]
+        if callback is not None:
+            callback(step, history)
+
+    schedule = warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio)
+    history = train_loop(model, optimizer, steps, step_fn, schedule=schedule, grad_clip=grad_clip, evaluate=evaluate,
+                         eval_every=eval_every, callback=timed_callback, record_lr=True, progress=progress, desc=desc)
+    history["tokens_per_s"] = steps * batch_size * context / max(clock["train_s"], 1e-9)
     return history

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         result = train(rank, world_size, args.strategy, args.steps, args.global_batch, args.seed)
         if rank == 0:
             torch.save(result["state"], args.save)
-            Path(f"{args.save}.losses.json").write_text(json.dumps(result["losses"]))
-            print(f"{args.strategy} on {world_size} ranks: {args.steps} steps, loss {result['losses'][0]:.4f} -> "
-                  f"{result['losses'][-1]:.4f}; saved {args.save}", flush=True)
+            Path(f"{args.save}.losses.json").write_text(json.dumps(result["loss"]))
+            print(f"{args.strategy} on {world_size} ranks: {args.steps} steps, loss {result['loss'][0]:.4f} -> "
+                  f"{result['loss'][-1]:.4f}; saved {args.save}", flush=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -32,7 +32,8 @@ from .._checks import check_distributed_run
 from ..data import load_corpus, load_gpt_checkpoint, split_paragraphs
 from ..device import seed_everything
 from ..model import DecoderOnlyLM
-from ..training import causal_lm_loss, decay_parameter_groups, lm_batch, make_adamw, warmup_cosine_schedule
+from ..training import (History, causal_lm_loss, decay_parameter_groups, lm_batch, make_adamw, train_loop,
+                        warmup_cosine_schedule)
 
 __all__ = ["Recipe", "STRATEGIES", "rank_rows", "allreduce_gradients", "book_tokens", "build_model",
            "wrap", "full_state_dict", "train", "state_bytes", "ddp_bucket_events", "zero1_state_bytes"]
@@ -134,11 +135,14 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str,
 
 
 def train(rank: int, world_size: int, strategy: str, steps: int, global_batch: int, seed: int,
-          recipe: Recipe = Recipe(), measure: bool = False) -> dict:
-    """Train the recipe for ``steps`` steps on this rank's rows; call it on every rank of an
-    initialised process group (or with world_size 1 and no group). Returns the per-step mean
-    loss over the global batch, the full state dict (rank 0 only, see :func:`full_state_dict`) and, with ``measure``,
-    this rank's :func:`state_bytes` and the bytes it sent per step.
+          recipe: Recipe = Recipe(), measure: bool = False) -> History:
+    """Train the recipe for ``steps`` steps on this rank's rows, on the loop core
+    (:func:`~transformer_lib.training.train_loop`); call it on every rank of an initialised
+    process group (or with world_size 1 and no group). Returns the
+    :class:`~transformer_lib.training.History`: ``loss`` (per step, the mean over the global batch,
+    equal on every rank), ``state`` (the full state dict, rank 0 only, see :func:`full_state_dict`),
+    ``recipe`` and, with ``measure``, this rank's :func:`state_bytes` (``bytes``) and the bytes it
+    sent per step (``sent_per_step``). The model is left in eval mode.
     """
     check_distributed_run(strategy, steps, global_batch, world_size, seed)
     from .comm import bytes_sent
@@ -147,31 +151,33 @@ def train(rank: int, world_size: int, strategy: str, steps: int, global_batch: i
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     model = wrap(build_model(vocab_size, seed, recipe).to(device), strategy)
     optimizer = make_adamw(model.module if strategy == "ddp" else model, recipe.lr, recipe.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine_schedule(min(recipe.warmup_steps, steps - 1), steps))
     generator = torch.Generator().manual_seed(seed)  # the same global batches on every rank
-    losses, sent = [], []
-    for _ in range(steps):
+    sent, clock = [], {}
+
+    def step_fn(step):
         batch = lm_batch(ids, global_batch, recipe.context, generator)  # (B, context), identical on all ranks
         rows = rank_rows(batch, rank, world_size).to(device)  # (B/N, context)
-        before = bytes_sent()
-        loss = causal_lm_loss(model(rows), rows)  # mean over this rank's rows
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # DDP / FSDP communicate inside backward
+        clock["before"] = bytes_sent()
+        return causal_lm_loss(model(rows), rows)  # mean over this rank's rows; DDP / FSDP communicate in backward
+
+    def after_backward():
         if strategy == "hand" and world_size > 1:
             allreduce_gradients(model)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        sent.append(bytes_sent() - before)
-        optimizer.step()
-        schedule.step()
+
+    def global_mean(loss):  # called after the update: the bytes of this step, then the global batch's mean loss
+        sent.append(bytes_sent() - clock["before"])
         mean_loss = loss.detach().clone()
         if world_size > 1:
-            dist.all_reduce(mean_loss)  # the global batch's mean: equal rows per rank
-        losses.append(mean_loss.item() / world_size)
-    result = {"losses": losses, "state": full_state_dict(model), "recipe": asdict(recipe)}
+            dist.all_reduce(mean_loss)  # equal rows per rank
+        return mean_loss.item() / world_size
+
+    schedule = warmup_cosine_schedule(min(recipe.warmup_steps, steps - 1), steps)
+    history = train_loop(model, optimizer, steps, step_fn, schedule=schedule, grad_clip=recipe.grad_clip,
+                         after_backward=after_backward, loss_value=global_mean)
+    history.update(state=full_state_dict(model), recipe=asdict(recipe))
     if measure:
-        result["bytes"] = state_bytes(model, optimizer)
-        result["sent_per_step"] = sent
-    return result
+        history.update(bytes=state_bytes(model, optimizer), sent_per_step=sent)
+    return history
 
 
 def ddp_bucket_events(rank: int, world_size: int, bucket_cap_mb: float = 0.1, seed: int = 0) -> list[str]:
