@@ -238,6 +238,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.SandboxedExecute.timeout = 300        # a chapter's cell: a chapter runs in <= 60 s on two cores
 c.SandboxedExecute.call_timeout = 60    # one call of a student's function by a checker
+c.SandboxedExecute.notebook_timeout = 600  # a whole submission, cells and checks: bounds a class's time
 c.SandboxedExecute.memory_bytes = {4 * 2**30}  # address space of the sandboxed kernel
 c.SandboxedExecute.cpu_seconds = 900
 c.SandboxedExecute.max_processes = 128  # processes and threads of one kernel: a fork bomb stops there

@@ -736,13 +736,19 @@ class TrustedCells(NbGraderPreprocessor):
             texts = {c.name: c.source for c in source.source_cells}
             points = {c.name: float(c.max_score) for c in source.grade_cells}
             solutions = {c.name for c in source.solution_cells}
-        cells, ids = [], set()
-        for old in nb.get("cells", []) if isinstance(nb.get("cells"), list) else []:
-            if not isinstance(old, dict):
-                continue
+        cells, ids, last = [], set(), {}
+        given = [c for c in (nb.get("cells") if isinstance(nb.get("cells"), list) else []) if isinstance(c, dict)]
+        marked = []
+        for n, old in enumerate(given):
             meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
             marks = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
-            gid = marks.get("grade_id") if isinstance(marks.get("grade_id"), str) else None
+            marked.append(marks.get("grade_id") if isinstance(marks.get("grade_id"), str) else None)
+            last[marked[-1]] = n
+        for n, old in enumerate(given):
+            meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+            # a grade_id given twice counts at its last cell (as nbgrader's DeduplicateIds, which
+            # would leave an empty nbgrader dict on the others that stops the student's autograde)
+            gid = marked[n] if last.get(marked[n]) == n else None
             kind = old.get("cell_type") if old.get("cell_type") in ("code", "markdown", "raw") else "markdown"
             if gid in known:
                 kind = known[gid][0]

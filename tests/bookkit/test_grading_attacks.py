@@ -74,14 +74,14 @@ def forged_flags(release, source):
 
 
 def duplicated_and_deleted(release, source):
-    """Exercise 2 solved and its check cell deleted; exercise 3's check cell duplicated twice,
+    """Exercise 3 solved and its check cell deleted; exercise 4's check cell duplicated twice,
     the copies worth 50 and passing."""
-    nb = solved(release, source, positions=[1])
+    nb = solved(release, source, positions=[2])
     checks = graded_cells(nb)
-    nb.cells.remove(checks[1])
-    at = nb.cells.index(checks[2])
+    nb.cells.remove(checks[2])
+    at = nb.cells.index(checks[3])
     for _ in range(2):
-        twin = copy.deepcopy(checks[2])
+        twin = copy.deepcopy(checks[3])
         twin["id"] = f"twin{_}"
         twin.source, _meta(twin)["points"] = "assert True", 50
         nb.cells.insert(at, twin)
@@ -270,12 +270,12 @@ def cross_site_scripting(release, source):
 ATTACKS = {"fpoints": (forged_points, [1, 0, 0, 0]),
            "fgradeid": (forged_grade_ids, [0] * N),
            "fflags": (forged_flags, [0] * N),
-           "fduplicate": (duplicated_and_deleted, [0, 1, 0, 0]),
+           "fduplicate": (duplicated_and_deleted, [0, 0, 1, 0]),
            "fextra": (extra_graded_cells, [0] * N),
            "fcelltype": (changed_cell_types, [0] * N),
            "fnbmeta": (notebook_metadata, [0, 0, 1, 0]),
            "finvalid": (schema_invalid, [1, 0, 0, 0]),
-           "fnbformat3": (lambda r, s: solved(r, s, positions=[3]), [0, 0, 0, 1]),  # written as nbformat 3
+           "fnbformat3": (lambda r, s: solved(r, s, positions=[0]), [1, 0, 0, 0]),  # written as nbformat 3
            "objectsa": (objects(OBJECTS_A), [0] * N),
            "objectsb": (objects(OBJECTS_B), [0] * N),
            "readexpected": (reads_expected, [0] * N),
@@ -391,3 +391,60 @@ def test_no_script_from_a_submission_runs_in_the_instructors_pages(attacked):
         assert "data-xss" not in dom.replace("data-x' + 'ss", "")
     text = (root / "feedback" / "solutions" / A / f"{A}.html").read_text()
     assert f"Score: {float(N)} / {float(N)}" in re.sub(r"<[^>]+>", "", text)
+
+
+# -- the checkers themselves, as `make progress` and `check` run them in the learner's kernel ---------
+
+def _lying_answers():
+    """Answers to attention.scores (a (..., L_q, L_k) result) that carry no right number."""
+    import numpy as np
+    import torch
+
+    class Close(np.ndarray):  # every ufunc on it answers "true"
+        def __array_ufunc__(self, *args, **kwargs):
+            return np.True_
+
+    class Sneaky(torch.Tensor):  # numpy() hands out a Close array of the right shape
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "numpy":
+                shape = args[0].shape
+                return np.zeros(shape).view(Close)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def scores_shape(q, k):
+        return (*q.shape[:-1], k.shape[-2])
+
+    return {"tensor subclass": lambda q, k: torch.zeros(scores_shape(q, k)).as_subclass(Sneaky),
+            "ndarray subclass": lambda q, k: np.zeros(scores_shape(q, k)).view(Close),
+            "(1,) against (N,)": lambda q, k: torch.zeros(1),
+            "NaN": lambda q, k: torch.full(scores_shape(q, k), float("nan")),
+            "inf": lambda q, k: torch.full(scores_shape(q, k), float("inf"))}
+
+
+@pytest.mark.parametrize("kind", list(_lying_answers()))
+def test_a_checker_in_the_learners_kernel_rejects_lying_answers(kind):
+    from transformer_lib.exercises import get
+    result = get("attention.scores").run(_lying_answers()[kind])
+    assert not result.passed, result
+
+
+def test_an_answer_that_writes_into_its_inputs_does_not_change_the_checkers_data():
+    """The answer gets copies: writing the right result into ``q`` and returning ``q`` (the
+    input object itself) leaves the checker's inputs, and so the next reference, untouched."""
+    import torch
+    from transformer_lib.exercises._core import compare_function
+    seen = []
+
+    def reference(q, k):
+        seen.append(q.clone())
+        return q @ k.transpose(-2, -1)
+
+    def aliasing(q, k):
+        q.zero_()  # the checker's own tensor, were it not a copy
+        return q
+
+    inputs = [(torch.ones(2, 3), torch.ones(3, 3))]
+    with pytest.raises(Exception):
+        compare_function(aliasing, reference, inputs)
+    assert torch.equal(inputs[0][0], torch.ones(2, 3)) and torch.equal(seen[0], torch.ones(2, 3))
