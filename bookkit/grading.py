@@ -141,6 +141,10 @@ def kernel_environment() -> dict[str, str]:
            "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
            "TLIB_DEVICE": "cpu", "TLIB_STATIC_WIDGETS": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update({k: v for k, v in os.environ.items() if k.startswith("TLIB_") and k != "TLIB_DEVICE"})
+    # the kernel imports the library the checkers come from (the folder bound into the sandbox),
+    # not whatever another checkout the interpreter's editable install points at
+    import transformer_lib
+    env["PYTHONPATH"] = str(Path(transformer_lib.__file__).resolve().parent.parent)
     return env
 
 

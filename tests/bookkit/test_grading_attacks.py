@@ -44,19 +44,25 @@ def _meta(cell) -> dict:
 
 
 def forged_points(release, source):
-    """Exercise 1 solved; every check cell claims 100 points."""
-    nb = solved(release, source, positions=[0])
+    """Exercise 1 solved; every check cell claims 100 points; extra graded cells
+    (:func:`extra_graded_cells`)."""
+    nb = extra_graded_cells(solved(release, source, positions=[0]), source)
     for cell in graded_cells(nb):
         _meta(cell)["points"] = 100
     return nb
 
 
 def forged_grade_ids(release, source):
-    """Stubs; every check cell renamed (unknown grade_id) and made to pass."""
+    """Stubs; every check cell renamed (unknown grade_id) and made to pass; the answer cells
+    turned into raw cells."""
     nb = nbformat.from_dict(release)
     for cell in graded_cells(nb):
         _meta(cell)["grade_id"] += "-mine"
         cell.source = "assert True"
+    for cell in answer_cells(nb):
+        cell.cell_type = "raw"
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
     return nb
 
 
@@ -70,6 +76,10 @@ def forged_flags(release, source):
     for cell in checks:
         _meta(cell).update(grade=False, solution=True, locked=False)
         cell.source = "assert True"
+    for cell in checks[::2]:  # and half of them turned into markdown cells
+        cell.cell_type = "markdown"
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
     return nb
 
 
@@ -88,9 +98,8 @@ def duplicated_and_deleted(release, source):
     return nb
 
 
-def extra_graded_cells(release, source):
-    """Stubs; a new graded code cell worth 100 that passes, a graded markdown cell worth 5."""
-    nb = nbformat.from_dict(release)
+def extra_graded_cells(nb, source):
+    """A new graded code cell worth 100 that passes, a graded markdown cell worth 5."""
     bonus = nbformat.v4.new_code_cell("assert True")
     bonus.metadata["nbgrader"] = {"grade": True, "grade_id": "bonus", "locked": True, "points": 100,
                                   "schema_version": 3, "solution": False, "task": False}
@@ -98,20 +107,6 @@ def extra_graded_cells(release, source):
     essay.metadata["nbgrader"] = {"grade": True, "grade_id": "essay", "locked": False, "points": 5,
                                   "schema_version": 3, "solution": True, "task": False}
     nb.cells += [bonus, essay]
-    return nb
-
-
-def changed_cell_types(release, source):
-    """Stubs; check cells turned into markdown, answer cells into raw cells."""
-    nb = nbformat.from_dict(release)
-    for cell in graded_cells(nb):
-        cell.cell_type = "markdown"
-        cell.pop("outputs", None)
-        cell.pop("execution_count", None)
-    for cell in answer_cells(nb):
-        cell.cell_type = "raw"
-        cell.pop("outputs", None)
-        cell.pop("execution_count", None)
     return nb
 
 
@@ -253,11 +248,10 @@ XSS_OUTPUTS = ("from IPython.display import HTML, Javascript, SVG, Markdown, dis
 
 
 def cross_site_scripting(release, source):
-    """Stubs; script in new markdown cells, in an edited markdown cell of the chapter, in every
-    kind of output, in a cell tag, and in the notebook's metadata (:func:`notebook_metadata`)."""
-    nb = notebook_metadata(release, source)
-    for cell in answer_cells(nb):
-        cell.source = course.CODE_STUB
+    """Exercise 3 solved; script in a new markdown cell, in an edited markdown cell of the
+    chapter, in every kind of output, in a cell tag, and in the notebook's metadata
+    (:func:`notebook_metadata`: another kernelspec, widget state, a title)."""
+    nb = notebook_metadata(release, source)  # exercise 3 solved
     first = answer_cells(nb)[0]
     first.source = XSS_OUTPUTS + first.source
     first.metadata["tags"] = [f'"><script>{_mark("tag")}</script>']
@@ -271,17 +265,13 @@ ATTACKS = {"fpoints": (forged_points, [1, 0, 0, 0]),
            "fgradeid": (forged_grade_ids, [0] * N),
            "fflags": (forged_flags, [0] * N),
            "fduplicate": (duplicated_and_deleted, [0, 0, 1, 0]),
-           "fextra": (extra_graded_cells, [0] * N),
-           "fcelltype": (changed_cell_types, [0] * N),
-           "fnbmeta": (notebook_metadata, [0, 0, 1, 0]),
            "finvalid": (schema_invalid, [1, 0, 0, 0]),
            "fnbformat3": (lambda r, s: solved(r, s, positions=[0]), [1, 0, 0, 0]),  # written as nbformat 3
            "objectsa": (objects(OBJECTS_A), [0] * N),
            "objectsb": (objects(OBJECTS_B), [0] * N),
            "readexpected": (reads_expected, [0] * N),
-           "symlinked": (lambda r, s: nbformat.from_dict(r), [0] * N),  # its notebook: a link to solutions'
-           "extrafiles": (lambda r, s: nbformat.from_dict(r), [0] * N),
-           "xss": (cross_site_scripting, [0] * N)}
+           "linked": (lambda r, s: nbformat.from_dict(r), [0] * N),  # a link to solutions', files beside it
+           "xss": (cross_site_scripting, [0, 0, 1, 0])}
 
 
 def _write(student: str, nb, root: Path) -> Path:
@@ -309,10 +299,9 @@ def attacked(tmp_path_factory):
     solutions = _write("solutions", solved(release, source), root)
     for student, (build, _) in ATTACKS.items():
         out = _write(student, build(release, source), root)
-        if student == "symlinked":
+        if student == "linked":
             out.unlink()
             out.symlink_to(os.path.relpath(solutions, out.parent))
-        if student == "extrafiles":
             (out.parent / "helper.py").write_text("raise SystemExit('imported')\n")
             (out.parent / "nbgrader_config.py").write_text("c = get_config()\nc.Autograde.autograde_preprocessors = []\n")
             shutil.copy(solutions, out.parent / "copy-of-solutions.ipynb")
@@ -360,8 +349,8 @@ def test_the_expected_values_were_not_readable_in_the_sandbox(attacked):
 
 def test_only_the_notebook_is_graded_and_links_are_not_followed(attacked):
     root = attacked["root"]
-    assert sorted(p.name for p in (root / "autograded" / "extrafiles" / A).iterdir()) == [f"{A}.ipynb"]
-    linked = nbformat.read(str(root / "autograded" / "symlinked" / A / f"{A}.ipynb"), 4)
+    assert sorted(p.name for p in (root / "autograded" / "linked" / A).iterdir()) == [f"{A}.ipynb"]
+    linked = nbformat.read(str(root / "autograded" / "linked" / A / f"{A}.ipynb"), 4)
     assert not [c for c in answer_cells(linked)], "the linked notebook's answers were graded"
 
 
