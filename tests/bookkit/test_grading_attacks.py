@@ -368,7 +368,7 @@ def test_no_script_from_a_submission_runs_in_the_instructors_pages(attacked):
     formgrader shows) are opened in headless Chromium: no script of the student's ran."""
     from nbconvert import HTMLExporter
     root = attacked["root"]
-    nbgrader(root, "generate_feedback", A, "--student=xss", "--student=solutions")
+    nbgrader(root, "generate_feedback", A)
     feedback = root / "feedback" / "xss" / A / f"{A}.html"
     autograded = nbformat.read(str(root / "autograded" / "xss" / A / f"{A}.ipynb"), 4)
     rendered = root / "xss-autograded.html"
