@@ -207,7 +207,18 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
     "bookkit.course.GradedCellTracebacks",
+    "bookkit.grading.SafeOutputs",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+# the submission's cells and metadata are rebuilt from the gradebook before nbgrader's own
+# checks (bookkit.grading.TrustedCells): forged nbgrader metadata neither scores nor stops grading
+c.Autograde.sanitize_preprocessors = [
+    "bookkit.grading.TrustedCells",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # autograde takes only the notebooks of a submission (no folder beside them is copied), and
 # runs them with bookkit.grading.SandboxedExecute instead of nbgrader's Execute: a kernel in a
@@ -217,6 +228,7 @@ if sys.argv[1:2] == ["autograde"]:
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*"]
 c.Autograde.autograde_preprocessors = [
     "bookkit.grading.SandboxedExecute",
+    "bookkit.grading.SafeOutputs",       # no student HTML or script in the formgrader's pages
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -226,6 +238,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 c.SandboxedExecute.timeout = 300        # a chapter's cell: a chapter runs in <= 60 s on two cores
 c.SandboxedExecute.call_timeout = 60    # one call of a student's function by a checker
+c.SandboxedExecute.notebook_timeout = 600  # a whole submission, cells and checks: bounds a class's time
 c.SandboxedExecute.memory_bytes = {4 * 2**30}  # address space of the sandboxed kernel
 c.SandboxedExecute.cpu_seconds = 900
 c.SandboxedExecute.max_processes = 128  # processes and threads of one kernel: a fork bomb stops there

@@ -38,23 +38,29 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbformat import v4
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from bookkit.conventions import NoWidgetMimic
+from bookkit.conventions import KERNELSPEC, NoWidgetMimic
 from bookkit.process_limit import ProcessGroup, joining_command, pids_root
 
 __all__ = ["NOBODY", "sandbox_command", "SandboxedKernelManager", "KernelFunction", "KernelError",
-           "decode", "KERNEL_CALL", "SandboxedExecute", "bwrap_available"]
+           "decode", "KERNEL_CALL", "SandboxedExecute", "TrustedCells", "SafeOutputs", "bwrap_available"]
 
 NOBODY = 65534                    # the uid and gid a sandboxed kernel has inside its namespace
 RESULT_LIMIT = 64 * 2**20         # bytes: a result file larger than this is refused
+HOME_BYTES = 512 * 2**20          # the sandbox's /tmp (its home): a tmpfs of this size
+SHM_BYTES = 64 * 2**20            # the sandbox's /dev/shm
+FILE_BYTES = 2 * RESULT_LIMIT     # the largest file the kernel may write (prlimit --fsize)
+FOLDER_BYTES = 4 * RESULT_LIMIT   # what the kernel's folder on the grader's disk may hold at once
+OUTPUT_LIMIT = 2 * 2**20          # bytes of outputs one cell keeps; the rest is dropped as it arrives
 MAX_DEPTH = 32                    # nesting of lists/tuples/dicts a result may have
 
 
@@ -83,16 +89,19 @@ def _hidden_files() -> list[str]:
 
 def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str] = (),
                     memory_bytes: int = 4 * 2**30, cpu_seconds: int = 900, processes: int = 128,
-                    env: dict[str, str] | None = None) -> list[str]:
+                    env: dict[str, str] | None = None, home_bytes: int = HOME_BYTES) -> list[str]:
     """``argv`` wrapped in bubblewrap: a new user, pid, net, ipc, uts and cgroup namespace, the
     system's ``/usr`` and ``/etc``, the interpreter and the library read-only, ``writable``
     folders bound at the same paths (so socket paths mean the same on both sides), a private
     ``/tmp`` with an empty home as working directory, only ``env`` in the environment, and
-    ``prlimit`` limits on address space (``memory_bytes``), CPU time (``cpu_seconds``) and
-    processes (``processes``: holds where the grader is not root, see :mod:`bookkit.process_limit`)."""
+    ``prlimit`` limits on address space (``memory_bytes``), CPU time (``cpu_seconds``), processes
+    (``processes``: holds where the grader is not root, see :mod:`bookkit.process_limit`) and the
+    size of one file (``FILE_BYTES``). What the kernel can write is bounded: ``/tmp`` is a tmpfs of
+    ``home_bytes``, ``/dev/shm`` one of ``SHM_BYTES``, ``/dev`` is read-only, and the ``writable``
+    folders are watched by the grader (:class:`SandboxedExecute`, ``FOLDER_BYTES``)."""
     if not isinstance(argv, (list, tuple)) or not argv:
         raise ValueError("argv must be a non-empty list of strings")
-    if memory_bytes <= 0 or cpu_seconds <= 0 or processes <= 0:
+    if memory_bytes <= 0 or cpu_seconds <= 0 or processes <= 0 or home_bytes <= 0:
         raise ValueError(f"memory_bytes, cpu_seconds and processes must be positive, got {memory_bytes}, "
                          f"{cpu_seconds}, {processes}")
     cmd = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
@@ -104,7 +113,9 @@ def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str]
             cmd += ["--ro-bind", top, top]
     # the private /tmp comes before the binds: an interpreter or checkout that lives under /tmp
     # (a CI clone, a pytest folder) is bound on top of it instead of being hidden by it
-    cmd += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    cmd += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+            "--size", str(home_bytes), "--tmpfs", "/tmp"]
     for path in _readable_roots():
         cmd += ["--ro-bind", path, path]
     for path in _hidden_files():
@@ -117,7 +128,7 @@ def sandbox_command(argv: list[str], *, writable: list[str], readonly: list[str]
     for key, value in (env or {}).items():
         cmd += ["--setenv", key, value]
     return cmd + ["--", "prlimit", f"--as={memory_bytes}", f"--cpu={cpu_seconds}", f"--nproc={processes}",
-                  "--core=0", "--",
+                  f"--fsize={FILE_BYTES}", "--core=0", "--",
                   *argv]
 
 
@@ -130,6 +141,10 @@ def kernel_environment() -> dict[str, str]:
            "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
            "TLIB_DEVICE": "cpu", "TLIB_STATIC_WIDGETS": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update({k: v for k, v in os.environ.items() if k.startswith("TLIB_") and k != "TLIB_DEVICE"})
+    # the kernel imports the library the checkers come from (the folder bound into the sandbox),
+    # not whatever another checkout the interpreter's editable install points at
+    import transformer_lib
+    env["PYTHONPATH"] = str(Path(transformer_lib.__file__).resolve().parent.parent)
     return env
 
 
@@ -363,6 +378,23 @@ def read_result(path: str):
         raise KernelError(f"the result cannot be read as data ({type(err).__name__})") from None
 
 
+def _folder_bytes(folder: str, limit: int) -> int:
+    """Bytes the files under ``folder`` take on disk (a count past ``limit`` stops early; every
+    entry counts 4 KiB at least, so a million empty files count too)."""
+    total, stack = 0, [folder]
+    while stack and total <= limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    info = entry.stat(follow_symlinks=False)
+                    total += max(info.st_blocks * 512, 4096)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            pass
+    return total
+
+
 def _dead_kernel_output():
     return v4.new_output("error", ename="DeadKernelError", evalue="the kernel had stopped",
                          traceback=["DeadKernelError: the kernel had stopped (an earlier cell ended it or hung)"])
@@ -394,7 +426,11 @@ class SandboxedExecute(NoWidgetMimic, Execute):
     memory_bytes = Integer(4 * 2**30, help="address-space limit of the sandboxed kernel").tag(config=True)
     cpu_seconds = Integer(900, help="CPU-time limit of the sandboxed kernel").tag(config=True)
     require_sandbox = Bool(True, help="refuse to grade when bwrap is missing").tag(config=True)
-    notebook_timeout = Integer(1200, help="seconds a whole submission may take; later cells are skipped").tag(config=True)
+    notebook_timeout = Integer(1200, help="seconds a whole submission may take, its cells and its checks: "
+                                          "later cells are skipped, later checks score 0").tag(config=True)
+    output_limit = Integer(OUTPUT_LIMIT, help="bytes of outputs one cell keeps").tag(config=True)
+    folder_bytes = Integer(FOLDER_BYTES, help="bytes the kernel may keep in its folder on the grader's "
+                                              "disk (the kernel is killed past it)").tag(config=True)
     probe_timeout = Float(10.0, help="seconds a kernel may take to answer after a timed-out call").tag(config=True)
     max_processes = Integer(128, help="processes and threads a submission's kernel may have at once "
                                       "(a fork bomb fails at this cap)").tag(config=True)
@@ -428,12 +464,18 @@ class SandboxedExecute(NoWidgetMimic, Execute):
         if self.require_sandbox and not bwrap_available():
             raise RuntimeError("bwrap is not installed: run `make sandbox-deps` (Debian's bubblewrap)")
         self._manager = None
-        self._calls, self._unresponsive = 0, False
+        self._calls, self._unresponsive, self._disk_exceeded = 0, False, False
+        self._output_bytes, self._sandbox = {}, None
         self.timings = {"kernel_start": None, "cells": 0.0, "checks": 0.0}
         self._start = time.perf_counter()
+        stop = threading.Event()
+        watcher = threading.Thread(target=self._watch_folder, args=(stop,), daemon=True)
+        watcher.start()
         try:
             return super().preprocess(nb, resources, km)
         finally:
+            stop.set()
+            watcher.join(5)
             refused = self._manager.kill_now() if self._manager is not None else 0
             if refused:
                 self.log.warning("the submission's kernel was refused %d forks at its cap of %d processes",
@@ -508,13 +550,18 @@ class SandboxedExecute(NoWidgetMimic, Execute):
             self._grade_cell(cell)
             self.nb.cells[index] = cell  # nbclient stored the grader's own calls at this index
             return cell, self.resources
-        if cell.cell_type == "code" and self._unresponsive:
+        if cell.cell_type != "code":
+            return cell, self.resources
+        if self._unresponsive:
             cell.outputs = [_dead_kernel_output()]
             return cell, self.resources
-        if time.perf_counter() - self._start > self.notebook_timeout:
+        left = self.notebook_timeout - (time.perf_counter() - self._start)
+        if left <= 0 or self._disk_exceeded:
             self._unresponsive = True
             cell.outputs = [_dead_kernel_output()]
             return cell, self.resources
+        saved = self.timeout  # a cell gets what is left of the submission's time, at most
+        self.timeout = int(max(1, min(saved or left, left)))
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
             if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
@@ -529,6 +576,40 @@ class SandboxedExecute(NoWidgetMimic, Execute):
             self._unresponsive = True
             cell.outputs = [_dead_kernel_output()]
             return cell, self.resources
+        finally:
+            self.timeout = saved
+
+    def output(self, outs, msg, display_id, cell_index):
+        """nbclient's handler of one output message, with at most ``OUTPUT_LIMIT`` bytes kept per
+        cell: a submission that prints gigabytes costs the grader the time to read them, never the
+        memory to keep them (nor the gradebook, the feedback page or the formgrader the space)."""
+        content = msg.get("content", {})
+        size = len(content.get("text", "") or "") + sum(len(v) if isinstance(v, str) else len(repr(v))
+                                                        for v in (content.get("data") or {}).values())
+        size += sum(len(line) for line in content.get("traceback", []) or [])
+        kept = self._output_bytes.get(cell_index, 0)
+        self._output_bytes[cell_index] = kept + size
+        if kept + size <= self.output_limit:
+            return super().output(outs, msg, display_id, cell_index)
+        if kept <= self.output_limit:  # the first message past the limit: say so, once
+            outs.append(v4.new_output("stream", name="stderr",
+                                      text=f"\n[the grader kept the first {self.output_limit} bytes of this "
+                                           f"cell's output and dropped the rest]\n"))
+        return None
+
+    def _watch_folder(self, stop) -> None:
+        """Kill the kernel when its folder on the grader's disk holds more than ``folder_bytes``
+        (the one place outside its tmpfs where it can write); checked every 0.2 s."""
+        while not stop.wait(0.2):
+            folder = os.path.join(self._sandbox, "kernel") if self._sandbox else None
+            if folder and _folder_bytes(folder, self.folder_bytes) > self.folder_bytes:
+                self.log.warning("the submission's kernel wrote more than %d bytes to its folder: killed",
+                                 self.folder_bytes)
+                self._disk_exceeded = self._unresponsive = True
+                manager = self._manager
+                if manager is not None:
+                    manager.kill_now()
+                return
 
     # -- one graded cell ---------------------------------------------------------------------------
 
@@ -564,6 +645,10 @@ class SandboxedExecute(NoWidgetMimic, Execute):
         import pickle
         if self._unresponsive:
             raise _raised("TimeoutError", "the kernel stopped answering after an earlier call")
+        left = self.notebook_timeout - (time.perf_counter() - self._start)
+        if left <= 0:  # the checks share the submission's time with its cells
+            self._unresponsive = True
+            raise _raised("TimeoutError", f"the submission used all of its {self.notebook_timeout} s")
         self._calls += 1
         args_path = None
         if arguments is not None:
@@ -574,12 +659,12 @@ class SandboxedExecute(NoWidgetMimic, Execute):
         out_path = os.path.join(self._sandbox, "kernel", f"result-{self._calls}.pt")
         code = KERNEL_CALL + (f"__tlib_grading_call(globals(), {expression!r}, {args_path!r}, {out_path!r})\n"
                               "del __tlib_grading_call\n")
-        timed_out = not self._execute_quietly(code, self.call_timeout)
+        timed_out = not self._execute_quietly(code, min(self.call_timeout, left))
         try:
             if timed_out:
                 if not self._execute_quietly("pass", self.probe_timeout):
                     self._unresponsive = True
-                raise _raised("TimeoutError", f"the call took longer than {self.call_timeout} s")
+                raise _raised("TimeoutError", f"the call took longer than {int(min(self.call_timeout, left))} s")
             outcome = read_result(out_path)
         finally:
             for path in (args_path, out_path):
@@ -607,6 +692,141 @@ class SandboxedExecute(NoWidgetMimic, Execute):
             self.timeout = saved
         return not any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"
                        for o in cell.outputs)
+
+
+# -- what nbgrader keeps of a submission ------------------------------------------------------------
+
+_TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+_CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+
+
+def _plain_source(source) -> str:
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(line, str) for line in source):
+        return "".join(source)
+    return ""
+
+
+class TrustedCells(NbGraderPreprocessor):
+    """The first step of autograde's sanitizing: every cell rebuilt from its type and source,
+    its ``nbgrader`` metadata taken from the gradebook, never from the submission.
+
+    nbgrader's ``OverwriteCells`` restores a known cell's source, type, ``locked`` and
+    ``points``, but it believes the submission about the rest: a cell whose ``grade_id`` the
+    gradebook does not know, or a solution cell marked ``grade``, stops the student's whole
+    autograde with an exception; a check cell marked ``grade: false`` is run as the student's
+    code and never graded. Here a cell whose ``grade_id`` the gradebook knows gets exactly the
+    source notebook's flags and points; any other cell loses its ``nbgrader`` metadata (it is
+    the student's own cell: it runs, it scores nothing). Other cell metadata is dropped except
+    well-formed ``tags`` (a tag is written into the HTML pages' class names), outputs and
+    attachments are dropped, and the notebook's metadata is reduced to its kernelspec (set again
+    from the gradebook by ``OverwriteKernelspec``) and language: no widget state, no title, no
+    field a page could render. Deleted graded cells are put back by ``OverwriteCells``
+    (``add_missing_cells``), so they are graded as the instructor wrote them."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+        info = resources["nbgrader"]
+        folder = resources.get("metadata", {}).get("path") or "."
+        linked = [p for p in (os.path.join(folder, info["notebook"] + ".ipynb"), folder, os.path.dirname(folder))
+                  if os.path.islink(p)]
+        if linked:  # a notebook reached through a link is someone else's file: nothing of it is graded
+            self.log.warning("the submission's notebook is reached through a link (%s): graded as empty", linked[0])
+            nb["cells"] = []
+        with Gradebook(info["db_url"]) as gb:
+            source = gb.find_notebook(info["notebook"], info["assignment"])
+            known = {c.name: (c.cell_type, bool(c.locked)) for c in source.source_cells}
+            texts = {c.name: c.source for c in source.source_cells}
+            points = {c.name: float(c.max_score) for c in source.grade_cells}
+            solutions = {c.name for c in source.solution_cells}
+        cells, ids, last = [], set(), {}
+        given = [c for c in (nb.get("cells") if isinstance(nb.get("cells"), list) else []) if isinstance(c, dict)]
+        marked = []
+        for n, old in enumerate(given):
+            meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+            marks = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+            marked.append(marks.get("grade_id") if isinstance(marks.get("grade_id"), str) else None)
+            last[marked[-1]] = n
+        for n, old in enumerate(given):
+            meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+            # a grade_id given twice counts at its last cell (as nbgrader's DeduplicateIds, which
+            # would leave an empty nbgrader dict on the others that stops the student's autograde)
+            gid = marked[n] if last.get(marked[n]) == n else None
+            kind = old.get("cell_type") if old.get("cell_type") in ("code", "markdown", "raw") else "markdown"
+            if gid in known:
+                kind = known[gid][0]
+            text = _plain_source(old.get("source"))
+            cell = {"code": v4.new_code_cell, "markdown": v4.new_markdown_cell, "raw": v4.new_raw_cell}[kind](text)
+            cid = old.get("id")
+            if isinstance(cid, str) and _CELL_ID.match(cid) and cid not in ids:
+                cell["id"] = cid
+            ids.add(cell["id"])
+            tags = meta.get("tags")
+            if isinstance(tags, list) and tags and all(isinstance(t, str) and _TAG.match(t) for t in tags):
+                cell.metadata["tags"] = list(tags)
+            if gid in known:
+                trusted = {"grade": gid in points, "grade_id": gid, "locked": known[gid][1],
+                           "schema_version": 3, "solution": gid in solutions, "task": False}
+                if gid in points:
+                    trusted["points"] = points[gid]
+                cell.metadata["nbgrader"] = trusted
+            cells.append(cell)
+        present = {c.metadata.get("nbgrader", {}).get("grade_id") for c in cells}
+        for gid in [g for g in known if g in points and g not in present]:  # a deleted graded cell
+            self.log.warning("graded cell %s was missing: the instructor's cell is graded at the end", gid)
+            cell = v4.new_code_cell(texts[gid]) if known[gid][0] == "code" else v4.new_markdown_cell(texts[gid])
+            cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "locked": known[gid][1], "points": points[gid],
+                                         "schema_version": 3, "solution": gid in solutions, "task": False}
+            cells.append(cell)
+        nb["cells"] = cells
+        nb["metadata"] = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+        nb["nbformat"], nb["nbformat_minor"] = 4, 5
+        return nb, resources
+
+
+# what a page may show of a student's outputs: pictures as data, text as text
+SAFE_OUTPUT_KEYS = ("text/plain", "image/png", "image/jpeg")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*\Z")  # a picture is written into an <img src="data:..."> attribute
+
+
+def _clean_html(text: str) -> str:
+    import bleach
+    return bleach.clean(text, tags={"a", "abbr", "b", "blockquote", "br", "code", "div", "em", "h1", "h2",
+                                    "h3", "h4", "h5", "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong",
+                                    "sub", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul"},
+                        attributes={"a": ["href", "title"], "*": ["class"]},
+                        protocols={"http", "https", "mailto"}, strip=False, strip_comments=True)
+
+
+class SafeOutputs(NbGraderPreprocessor):
+    """No script from a student's notebook reaches a page the instructor opens.
+
+    The formgrader and ``generate_feedback`` render the autograded notebook with nbconvert,
+    which passes raw HTML in markdown cells and ``text/html``, ``image/svg+xml`` and
+    ``application/javascript`` outputs into the page as they are: a ``<script>`` or an
+    ``onerror=`` there runs in the instructor's browser, on the origin of their Jupyter server.
+    This keeps of every output only plain text and PNG/JPEG data (a figure's picture, a widget's
+    text), and passes every markdown cell through an allowlist HTML cleaner (bleach): tags
+    outside a small set of formatting tags are escaped to text, attributes other than a link's
+    ``href`` (http, https, mailto) and ``class`` are dropped. Run in autograde (so the
+    autograded notebook the formgrader shows is clean) and again in feedback. The instructor's
+    own markdown loses its figures' HTML in these pages; the grades do not change."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("cell_type") == "markdown":
+            cell["source"] = _clean_html(_plain_source(cell.get("source")))
+            cell.pop("attachments", None)
+        if cell.get("cell_type") == "raw":
+            cell["metadata"].pop("format", None)
+            cell["metadata"].pop("raw_mimetype", None)
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if "data" in out:
+                data = {k: _plain_source(v) for k, v in out["data"].items() if k in SAFE_OUTPUT_KEYS}
+                data = {k: v for k, v in data.items() if k == "text/plain" or _BASE64.match(v)}
+                out["data"] = data or {"text/plain": "[an output the grader does not show]"}
+                out["metadata"] = {}
+        return cell, resources
 
 
 # -- a class at once ----------------------------------------------------------------------------------

@@ -192,19 +192,30 @@ def to_numpy(x, what: str = "your result") -> np.ndarray:
     if x is None:
         raise NotYet(f"{what} is None: did you forget to return it?")
     if isinstance(x, torch.Tensor):
-        t = x.detach().cpu()
-        if t.is_complex():
-            raise NotYet(f"{what} is complex; expected real numbers")
-        if t.dtype in (torch.float16, torch.bfloat16):
-            t = t.float()  # NumPy has no bfloat16
-        return t.numpy()
+        # a subclass's __torch_function__ would decide what detach, cpu and numpy return (an
+        # array that compares close to anything): its data is read as a plain tensor instead
+        with torch._C.DisableTorchFunctionSubclass():
+            t = torch.Tensor.as_subclass(x, torch.Tensor).detach().cpu()
+            if t.is_complex():
+                raise NotYet(f"{what} is complex; expected real numbers")
+            if t.dtype in (torch.float16, torch.bfloat16):
+                t = t.float()  # NumPy has no bfloat16
+            return np.array(t.numpy(), copy=True)  # the checker's own copy, never the answer's memory
     if isinstance(x, (list, tuple)):
         parts = [to_numpy(item, what) for item in x]
         if len({p.shape for p in parts}) > 1:
             raise NotYet(f"{what} is a list whose items have different shapes")
         return np.array(parts) if parts else np.zeros(0)
-    if isinstance(x, (np.ndarray, np.generic, numbers.Number)):
-        arr = np.asarray(x)
+    if isinstance(x, (np.ndarray, np.generic)):
+        # a plain array (no subclass's __array_ufunc__ or __eq__), copied: the answer keeps no handle on it
+        arr = np.array(np.ndarray.view(x, np.ndarray) if isinstance(x, np.ndarray) else x, copy=True, subok=False)
+        if arr.dtype == object or np.iscomplexobj(arr):
+            raise NotYet(f"{what} should hold real numbers, got an array of {arr.dtype}")
+        return arr
+    if isinstance(x, (bool, int, float)) and type(x) in (bool, int, float):
+        return np.asarray(x)
+    if isinstance(x, numbers.Number):  # a subclass of a number: its value, not its methods
+        arr = np.asarray(float(x) if isinstance(x, numbers.Real) else complex(x))
         if arr.dtype == object or np.iscomplexobj(arr):
             raise NotYet(f"{what} should hold real numbers, got an array of {arr.dtype}")
         return arr
@@ -216,8 +227,11 @@ def to_number(x, what: str = "your value") -> float:
     """A float from a Python or NumPy number or a one-element tensor or array; else NotYet."""
     if isinstance(x, (str, bytes)) or x is None:
         raise NotYet(f"{what} should be a number, got {type(x).__name__}")
-    if isinstance(x, numbers.Real):
-        return float(x)
+    if isinstance(x, numbers.Real) and not isinstance(x, (np.ndarray, torch.Tensor)):
+        value = float(x)
+        if type(value) is not float:  # a __float__ that returns a float subclass
+            raise NotYet(f"{what} should be a number, got {type(x).__name__}")
+        return float.__float__(value)
     try:
         arr = to_numpy(x, what)
     except NotYet:
@@ -274,10 +288,18 @@ def compare_function(answer: Callable, reference: Callable | Sequence, inputs: I
     n = 0
     for args in inputs:
         expected = reference(*args) if callable(reference) else reference[n]
+        expected = to_numpy(expected, "the reference")  # the checker's copy, before the answer runs
         n += 1
         label = describe(args) if describe else f"test input #{n}"
-        compare_arrays(answer(*args), expected, what=f"{what} for {label}", atol=atol)
+        compare_arrays(answer(*_copies(args)), expected, what=f"{what} for {label}", atol=atol)
     return f"matches the library on all {n} test inputs."
+
+
+def _copies(args: tuple) -> tuple:
+    """The test inputs as the answer gets them: tensors and arrays copied, so that an answer
+    that writes into its inputs or returns one of them holds none of the checker's own data."""
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a.copy() if isinstance(a, np.ndarray)
+                 else a for a in args)
 
 
 def compare_value(answer, expected: float, what: str = "your value", rtol: float = 1e-3, atol: float = 0.0) -> str:
