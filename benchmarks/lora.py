@@ -49,7 +49,7 @@ ORDINARY = ["Give me one tip for sleeping better.", "What is a transformer in ma
 
 
 def generate_all(smol, prompts, max_new_tokens):
-    return [smol.generate([{"role": "user", "content": p}], max_new_tokens=max_new_tokens) for p in prompts]
+    return [smol.generate_text([{"role": "user", "content": p}], max_new_tokens=max_new_tokens) for p in prompts]
 
 
 def score(rows, answers):

@@ -205,7 +205,7 @@ def test_the_committed_adapter_teaches_the_format_and_switches_off_exactly(smol)
     try:
         assert meta["task"] == "json_answer"
         assert count_parameters(smol.model)[0] == 30 * 8 * ((576 + 576) + (576 + 192))  # q and v of 30 blocks
-        assert instruct.follows_format(smol.generate(question, max_new_tokens=10))[0]
+        assert instruct.follows_format(smol.generate_text(question, max_new_tokens=10))[0]
         with lora_disabled(smol.model):
             assert torch.equal(smol.model(ids[None]), base_logits)
         assert not torch.allclose(smol.model(ids[None]), base_logits)

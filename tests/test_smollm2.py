@@ -203,9 +203,9 @@ def test_chat_template_equals_reference(lm, reference_tokenizer):
 
 def test_sampling_is_seeded(lm):
     kwargs = dict(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7)
-    a = lm.generate("Once upon a time", **kwargs)
-    assert a == lm.generate("Once upon a time", **kwargs)
-    assert lm.generate("Once upon a time", max_new_tokens=8, temperature=0) == \
+    a = lm.generate_text("Once upon a time", **kwargs)
+    assert a == lm.generate_text("Once upon a time", **kwargs)
+    assert lm.generate_text("Once upon a time", max_new_tokens=8, temperature=0) == \
         lm.tokenizer.decode(lm.generate_ids("Once upon a time", max_new_tokens=8), skip_special_tokens=True)
 
 
@@ -213,13 +213,13 @@ def test_sampling_is_seeded(lm):
     lambda lm: lm.logits([]), lambda lm: lm.logits([[1, 2]]), lambda lm: lm.logits(3.5),
     lambda lm: lm.logits([49152]), lambda lm: lm.logits(torch.tensor([1.0, 2.0])),
     lambda lm: lm.chat([]), lambda lm: lm.chat([{"role": "robot", "content": "hi"}]),
-    lambda lm: lm.chat([{"role": "user", "content": 3}]), lambda lm: lm.generate("hi", max_new_tokens=-1),
-    lambda lm: lm.generate("hi", max_new_tokens=2, temperature=1.0, top_p=0.0),
-    lambda lm: lm.generate("hi", max_new_tokens=2, temperature=-1.0), lambda lm: lm.generate("", max_new_tokens=2),
-    lambda lm: lm.beam_search("hi", num_beams=0), lambda lm: lm.encode("a \ud83d b"),  # a lone surrogate
-    lambda lm: lm.generate("a \udc00", max_new_tokens=2),
-    lambda lm: lm.generate("hi", max_new_tokens=2, repetition_penalty=float("nan")),
-    lambda lm: lm.beam_search("hi", num_beams=2, length_penalty=float("nan")),
+    lambda lm: lm.chat([{"role": "user", "content": 3}]), lambda lm: lm.generate_text("hi", max_new_tokens=-1),
+    lambda lm: lm.generate_text("hi", max_new_tokens=2, temperature=1.0, top_p=0.0),
+    lambda lm: lm.generate_text("hi", max_new_tokens=2, temperature=-1.0), lambda lm: lm.generate_text("", max_new_tokens=2),
+    lambda lm: lm.beam_search_text("hi", num_beams=0), lambda lm: lm.encode("a \ud83d b"),  # a lone surrogate
+    lambda lm: lm.generate_text("a \udc00", max_new_tokens=2),
+    lambda lm: lm.generate_text("hi", max_new_tokens=2, repetition_penalty=float("nan")),
+    lambda lm: lm.beam_search_text("hi", num_beams=2, length_penalty=float("nan")),
     lambda lm: lm.model(torch.tensor([[1, 2]]), cache=tl.KVCache(3)),  # a cache for 3 of its 30 layers
 ])
 def test_bad_input_raises_value_error(lm, call):

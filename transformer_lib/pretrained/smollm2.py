@@ -9,8 +9,8 @@ Usage::
 
     from transformer_lib.pretrained import load_smollm2
     lm = load_smollm2()                                   # device: transformer_lib.get_device()
-    lm.generate([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=20)
-    lm.generate("Once upon a time", max_new_tokens=30, temperature=0.8, top_p=0.9, seed=0)
+    lm.generate_text([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=20)
+    lm.generate_text("Once upon a time", max_new_tokens=30, temperature=0.8, top_p=0.9, seed=0)
     lm.logits("The cat")                                  # (L, 49152) float32
     lm.tokenizer.encode("The cat").ids                    # no special tokens added
     lm.chat([{"role": "user", "content": "Hi"}])          # the prompt text the template makes
@@ -127,33 +127,33 @@ class SmolLM2:
             raise ValueError("this model file has no chat template")
         return render_chat(self.chat_template, messages, add_generation_prompt)
 
-    def prompt_ids(self, prompt_or_messages) -> torch.Tensor:
+    def prompt_ids(self, prompt) -> torch.Tensor:
         """A string as is, or chat messages through the template, as token ids (1-D)."""
-        if isinstance(prompt_or_messages, str):
-            return self._ids(prompt_or_messages)
-        return self._ids(self.tokenizer.encode(self.chat(prompt_or_messages)).ids)
+        if isinstance(prompt, str):
+            return self._ids(prompt)
+        return self._ids(self.tokenizer.encode(self.chat(prompt)).ids)
 
-    def generate_ids(self, prompt_or_messages, max_new_tokens: int = 64, temperature: float = 0.0,
+    def generate_ids(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                      repetition_penalty: float = 1.0, use_cache: bool = True) -> list[int]:
         """The new token ids (see :func:`transformer_lib.sampling.generate_ids`); stops at the end-of-turn token."""
         self.model.eval()
-        return generate_ids(self.model, self.prompt_ids(prompt_or_messages), max_new_tokens, temperature, top_k,
+        return generate_ids(self.model, self.prompt_ids(prompt), max_new_tokens, temperature, top_k,
                             top_p, repetition_penalty, seed, eos_id=self.eos_id, use_cache=use_cache)
 
-    def generate(self, prompt_or_messages, max_new_tokens: int = 64, temperature: float = 0.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                 repetition_penalty: float = 1.0, use_cache: bool = True) -> str:
+    def generate_text(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0,
+                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                      repetition_penalty: float = 1.0, use_cache: bool = True) -> str:
         """The new text after a prompt string or chat messages. ``temperature=0``: greedy."""
-        ids = self.generate_ids(prompt_or_messages, max_new_tokens, temperature, top_k, top_p, seed,
+        ids = self.generate_ids(prompt, max_new_tokens, temperature, top_k, top_p, seed,
                                 repetition_penalty, use_cache)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def beam_search(self, prompt_or_messages, num_beams: int = 4, max_new_tokens: int = 32,
-                    length_penalty: float = 1.0) -> str:
+    def beam_search_text(self, prompt, num_beams: int = 4, max_new_tokens: int = 32,
+                         length_penalty: float = 1.0) -> str:
         """The best beam's new text (see :func:`transformer_lib.sampling.beam_search`)."""
         self.model.eval()
-        ids, _ = beam_search(self.model, self.prompt_ids(prompt_or_messages), num_beams, max_new_tokens,
+        ids, _ = beam_search(self.model, self.prompt_ids(prompt), num_beams, max_new_tokens,
                              eos_id=self.eos_id, length_penalty=length_penalty)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
