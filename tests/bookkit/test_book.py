@@ -17,7 +17,8 @@ from bookkit import build_book as book
 from bookkit import conventions
 
 PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
-         "Scale", "Adapting a pretrained model", "Inside the model", "Appendix"]
+         "Scale", "Adapting a pretrained model", "Inside the model", "Current open models", "Reasoning",
+         "Appendix"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
