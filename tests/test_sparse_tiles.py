@@ -253,7 +253,7 @@ def test_fused_build_failure_warns_once_and_falls_back(monkeypatch):
 
 
 def test_fused_threads_agree(fused_ok):
-    """The blocks are shared out over torch's threads: one or two threads, the same numbers."""
+    """The blocks are shared out over torch's threads: one or two threads, the same numbers (to float32 rounding)."""
     q, k, v = _qkv(1, 4, 3000, 16, 11)
     saved = torch.get_num_threads()
     try:
@@ -263,4 +263,8 @@ def test_fused_threads_agree(fused_ok):
         two = _window(q, k, v, 256, kernel="fused")
     finally:
         torch.set_num_threads(saved)
-    assert torch.equal(one, two)
+    # Each block's products go to MKL's sgemm, whose kernel choice may depend on the threads it is
+    # given (MKL's reproducibility mode keeps results equal only for a fixed thread count): one
+    # or two threads may round differently, but by float32 rounding only, never by a block lost
+    # or counted twice (that would move outputs by ~0.1, the size of one value's contribution).
+    torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-6)
