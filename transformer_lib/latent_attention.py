@@ -21,16 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_positive
-
-
-class _RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+from .norms import RMSNorm
 
 
 def rope_cos_sin(positions: torch.Tensor, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,10 +105,10 @@ class LatentAttention(nn.Module):
             self.q_proj = nn.Linear(d_model, H * self.qk_head_dim, bias=False)
         else:
             self.q_a_proj = nn.Linear(d_model, q_lora_rank, bias=bias)
-            self.q_a_layernorm = _RMSNorm(q_lora_rank, eps)
+            self.q_a_layernorm = RMSNorm(q_lora_rank, eps)
             self.q_b_proj = nn.Linear(q_lora_rank, H * self.qk_head_dim, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(d_model, kv_lora_rank + qk_rope_head_dim, bias=bias)  # W_DKV, W_KR
-        self.kv_a_layernorm = _RMSNorm(kv_lora_rank, eps)
+        self.kv_a_layernorm = RMSNorm(kv_lora_rank, eps)
         self.kv_b_proj = nn.Linear(kv_lora_rank, H * (qk_nope_head_dim + v_head_dim), bias=False)  # W_UK; W_UV
         self.o_proj = nn.Linear(H * v_head_dim, d_model, bias=bias)
         self.scale = self.qk_head_dim ** -0.5
