@@ -190,3 +190,14 @@ def test_bad_inputs_name_the_argument():
         MixtureOfExperts(8, 12, 4, 1)(torch.randn(3, 7))
     with pytest.raises(ValueError, match="top_k"):
         moe_decoder(_lm(), num_experts=2, top_k=3)
+
+
+def test_route_bad_inputs_name_the_argument():
+    with pytest.raises(ValueError, match="router_logits"):
+        route(torch.randn(4), 1)
+    with pytest.raises(ValueError, match="top_k"):
+        route(torch.randn(3, 4), 5)
+    with pytest.raises(ValueError, match="copy_dense"):
+        torch.manual_seed(0)
+        moe_decoder(tl.DecoderOnlyLM(23, d_model=32, num_heads=4, num_layers=1, activation="gelu"), 2, 1,
+                    copy_dense=True)
