@@ -201,3 +201,11 @@ def test_route_bad_inputs_name_the_argument():
         torch.manual_seed(0)
         moe_decoder(tl.DecoderOnlyLM(23, d_model=32, num_heads=4, num_layers=1, activation="gelu"), 2, 1,
                     copy_dense=True)
+
+
+@pytest.mark.parametrize("world_size,E,k", [(2, 4, 2), (4, 8, 3)])
+def test_expert_parallel_equals_one_process(world_size, E, k):
+    from transformer_lib.distributed import launch
+    from transformer_lib.moe import expert_parallel_case
+    diffs = launch(expert_parallel_case, world_size, E, k, timeout=120)
+    assert len(diffs) == world_size and max(diffs) < 1e-5, diffs

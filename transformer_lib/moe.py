@@ -189,3 +189,56 @@ def moe_decoder(model: nn.Module, num_experts: int, top_k: int = 2, d_ff: int | 
 def router_logits(model: nn.Module) -> list[torch.Tensor]:
     """The last call's router logits of every MoE block, for :func:`load_balancing_loss`."""
     return [ffn_of(b).last_router_logits for b in model.blocks if isinstance(ffn_of(b), MixtureOfExperts)]
+
+
+def expert_parallel_forward(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
+    """Expert parallelism (forward, no capacity or shared experts): rank r of the default process
+    group runs only experts ``r * E/W ... (r + 1) * E/W - 1``; every rank routes its own tokens,
+    sends each (token, expert) assignment to the rank that holds the expert (``all_to_all``), runs
+    what it received and sends the results back. Equal to ``moe(x)`` in one process.
+
+    ``moe`` must be the same (same weights) on every rank; ``x`` (..., D) is this rank's tokens.
+    """
+    import torch.distributed as dist
+
+    W, rank = dist.get_world_size(), dist.get_rank()
+    E = moe.num_experts
+    if E % W:
+        raise ValueError(f"num_experts ({E}) must be divisible by the world size ({W})")
+    if moe.capacity_factor is not None or len(moe.shared):
+        raise ValueError("moe: expert_parallel_forward supports neither capacity_factor nor shared experts")
+    per_rank = E // W
+    flat = x.reshape(-1, moe.d_model)                                   # (N, D)
+    weights, indices = route(moe.router(flat), moe.top_k)               # (N, k) each
+    expert = indices.reshape(-1)                                        # (N k,)
+    token = torch.arange(flat.shape[0]).repeat_interleave(moe.top_k)    # (N k,): the token of each assignment
+    order = torch.argsort(expert, stable=True)                          # grouped by expert, hence by rank
+    expert, token = expert[order], token[order]
+    send_counts = torch.bincount(expert // per_rank, minlength=W)       # (W,)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)                    # how many each rank sends me
+    send, recv = send_counts.tolist(), recv_counts.tolist()
+    recv_x = flat.new_empty(sum(recv), moe.d_model)                     # (R, D)
+    dist.all_to_all_single(recv_x, flat[token].contiguous(), recv, send)
+    recv_e = expert.new_empty(sum(recv))                                # (R,): which expert each is for
+    dist.all_to_all_single(recv_e, expert.contiguous(), recv, send)
+    y = torch.zeros_like(recv_x)                                        # (R, D)
+    for e in range(rank * per_rank, (rank + 1) * per_rank):
+        rows = torch.where(recv_e == e)[0]
+        if rows.numel():
+            y[rows] = moe.experts[e](recv_x[rows])
+    back = flat.new_empty(expert.numel(), moe.d_model)                  # (N k, D), in the sent order
+    dist.all_to_all_single(back, y, send, recv)
+    w = weights.reshape(-1)[order]                                      # (N k,)
+    out = torch.zeros_like(flat).index_add_(0, token, back * w[:, None].to(back.dtype))
+    return out.reshape(x.shape)
+
+
+def expert_parallel_case(rank: int, world_size: int, num_experts: int = 4, top_k: int = 2, seed: int = 0) -> float:
+    """Run on every rank (``distributed.launch``): the largest difference between the expert-parallel
+    output on this rank's tokens and the one-process layer's."""
+    torch.manual_seed(seed)
+    moe = MixtureOfExperts(16, 24, num_experts, top_k).eval()           # the same weights on every rank
+    x = torch.randn(3 + rank, 5, 16, generator=torch.Generator().manual_seed(seed + 1 + rank))  # uneven
+    with torch.no_grad():
+        return (expert_parallel_forward(moe, x) - moe(x)).abs().max().item()
