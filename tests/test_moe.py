@@ -209,3 +209,23 @@ def test_expert_parallel_equals_one_process(world_size, E, k):
     from transformer_lib.moe import expert_parallel_case
     diffs = launch(expert_parallel_case, world_size, E, k, timeout=120)
     assert len(diffs) == world_size and max(diffs) < 1e-5, diffs
+
+
+def test_decoder_only_lm_with_experts_decodes_exactly_with_its_cache():
+    """``DecoderOnlyLM(num_experts=E, top_k=k)``: every block's FFN is a mixture of E SwiGLU
+    experts of width d_ff; cached decoding equals one full pass, as for the dense model."""
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(23, d_model=16, num_heads=4, num_layers=2, d_ff=16, positional="rope",
+                             num_experts=4, top_k=2, num_kv_heads=2).eval()
+    assert all(isinstance(b.ffn, MixtureOfExperts) and b.ffn.top_k == 2 and len(b.ffn.experts) == 4
+               for b in model.blocks)
+    tokens = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        parts = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="top_k"):
+        tl.DecoderOnlyLM(23, d_model=16, num_heads=4, num_layers=1, num_experts=2, top_k=3)
+    with pytest.raises(ValueError, match="num_experts"):
+        tl.DecoderOnlyLM(23, d_model=16, num_heads=4, num_layers=1, num_experts=2, ffn=False)

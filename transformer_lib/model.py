@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from ._checks import check_cache, check_int, check_number, check_token_ids
 from .layers import DecoderLayer, EncoderLayer
+from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
 from .kv_cache import KVCache
@@ -220,7 +221,9 @@ class DecoderOnlyLM(nn.Module):
     'interleaved' or 'halves'), ``norm_eps`` (the norms' epsilon), ``activation="swiglu"``,
     ``norm="rms"`` and ``tie_weights``. ``max_len`` is the context length: the learned table's size
     and the length a pretrained model was trained for (RoPE, ALiBi and sinusoidal models still run
-    past it, which is how chapter 5 measures extrapolation). ``context_length`` makes the limit
+    past it, which is how chapter 5 measures extrapolation). ``num_experts`` makes every block's FFN a
+    :class:`~transformer_lib.moe.MixtureOfExperts` of that many SwiGLU experts of width ``d_ff``,
+    ``top_k`` of them run per token (chapter 25). ``context_length`` makes the limit
     hard for every scheme: a call whose cached plus new tokens pass it is refused before any layer
     runs (a pretrained model's trained context, such as SmolLM2's 8192; None: no such limit).
 
@@ -238,7 +241,7 @@ class DecoderOnlyLM(nn.Module):
                  norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
                  init_std: float | None = None, num_kv_heads: int | None = None, bias: bool = True,
                  rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5,
-                 context_length: int | None = None):
+                 context_length: int | None = None, num_experts: int | None = None, top_k: int = 2):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("max_len", max_len)):
@@ -268,6 +271,10 @@ class DecoderOnlyLM(nn.Module):
             EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, eps=norm_eps,
                          rotary=rotary, bias=bias, ffn=ffn, num_kv_heads=num_kv_heads)
             for _ in range(num_layers))
+        if num_experts is not None:
+            if not ffn:
+                raise ValueError("num_experts needs ffn=True: experts replace the blocks' FFN")
+            moe_decoder(self, num_experts=num_experts, top_k=top_k)  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
         self.norm = make_norm(norm, d_model, norm_eps) if norm_first else None
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_weights:
