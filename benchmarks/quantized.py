@@ -1,5 +1,5 @@
 """Quantized decoding: tokens/s and perplexity of SmolLM2 in float32, int8 and int4, with
-transformers and llama.cpp beside them (issue 31, chapter 19).
+transformers and llama.cpp beside them (issues 31 and 41, chapter 19).
 
     nice .venv/bin/python benchmarks/quantized.py            # the full table (a few minutes)
     .venv/bin/python benchmarks/quantized.py --quick         # 16 new tokens, one round, short text
@@ -9,7 +9,9 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 
 * float32     - ``load_smollm2`` (every tensor dequantized to float32) + ``sampling.generate_ids``;
 * int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
-* int4        - the float32 model after ``quantize(model, 4)`` (q4_1 blocks, our quantizer);
+* int4        - the float32 model after ``quantize(model, 4)``: the default mixture (q4_1 blocks, the
+                tied embedding/head q8_0: the packaged file's own widths, ``gguf_widths``);
+* int4 uniform - ``quantize(model, 4, widths={})``: the head at 4 bits too;
 * int4 (file) - ``load_smollm2_quantized``: the file's own Q4_1 blocks (and Q8_0 embedding), kept;
 * int4 (file) modules - the same model with its fused one-token step switched off
                 (``fused = False``): every step runs the PyTorch modules of each block, the
@@ -30,9 +32,16 @@ Method: one warm-up each, then ``--rounds`` rounds taking turns, median tokens/s
 included, as a user sees it). Perplexity: non-overlapping windows of 256 tokens of the book's
 own validation prose (written after SmolLM2 was trained: held out), and the same for the book's
 small float32 GPT (chapter 16) quantized the same way, whose float32 weights were never 4-bit.
-Greedy agreement: the share of the 64 greedy tokens equal to float32's. Caveat: SmolLM2's
-float32 weights are the file's 4-bit weights decoded, so its int4 rows measure re-quantization
-of a 4-bit grid, not of a float model; the book GPT rows are the true float-to-int measurement.
+Teacher-forced agreement: the share of positions of that text where the model, reading the true
+text, picks float32's next token (argmax). Greedy agreement: the share of the 64 greedy tokens
+equal to float32's. Caveat: SmolLM2's float32 weights are the file's 4-bit weights decoded, and
+re-quantizing them with the same groups gives back (almost) the same grid (the share left
+unchanged is recorded as ``requantization_unchanged``), so its int4 rows measure the head's width,
+not rounding; the book GPT rows are the true float-to-int measurement.
+
+Sensitivity: each tensor group (``TENSOR_GROUPS``) alone at 4 bits, the rest int8, on both models:
+perplexity change and teacher-forced agreement against float32. Prefill: one forward pass over a
+prompt of 16 to 512 tokens, float32, int8 and int4 (file) in turns, median tokens/s per length.
 
 One matrix-vector product per SmolLM2 shape (the tied 49,152 x 576 head and each layer's
 matrices), float32 BLAS beside each kernel on each of its code paths that this CPU runs (avx512,
@@ -41,7 +50,7 @@ weights read, the roofline numbers of each kernel. The avx2 rows are what a lapt
 AVX-512 gets; the decoding rows above run the path "auto" picks (recorded as ``decoding_path``).
 
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
-its load average) for chapter 19. Run it on a quiet machine.
+its load average before and after) for chapter 19. Run it on a quiet machine.
 """
 from __future__ import annotations
 
