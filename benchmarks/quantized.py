@@ -284,8 +284,8 @@ def main() -> None:
         ref_ppl, ref_choice = reference
         for group in TENSOR_GROUPS:
             model = load()
-            names = [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
-            present = {"embedding"} | {tensor_group(n) for n in names}
+            names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+            present = {"embedding"} | {tensor_group(n) for n in names}  # groups that hold a layer
             if group not in present:
                 continue
             p, c = quality(quantize(model, 8, widths={group: 4}), ids_, ctx)
