@@ -1,5 +1,5 @@
 """Quantized decoding: tokens/s and perplexity of SmolLM2 in float32, int8 and int4, with
-transformers and llama.cpp beside them (issue 31, chapter 19).
+transformers and llama.cpp beside them (issues 31 and 41, chapter 19).
 
     nice .venv/bin/python benchmarks/quantized.py            # the full table (a few minutes)
     .venv/bin/python benchmarks/quantized.py --quick         # 16 new tokens, one round, short text
@@ -9,12 +9,14 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 
 * float32     - ``load_smollm2`` (every tensor dequantized to float32) + ``sampling.generate_ids``;
 * int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
-* int4        - the float32 model after ``quantize(model, 4)`` (q4_1 blocks, our quantizer);
+* int4        - the float32 model after ``quantize(model, 4)``: the default mixture (q4_1 blocks, the
+                tied embedding/head q8_0: the packaged file's own widths, ``gguf_widths``);
+* int4 uniform - ``quantize(model, 4, widths={})``: the head at 4 bits too;
 * int4 (file) - ``load_smollm2_quantized``: the file's own Q4_1 blocks (and Q8_0 embedding), kept;
 * int4 (file) modules - the same model with its fused one-token step switched off
-                (``fused = False``): every step runs the PyTorch modules of each block, the
+                (``decode_step.enabled = False``): every step runs the PyTorch modules of each block, the
                 quantized products through the kernel one by one (what the fused step saves);
-  (every quantized row above decodes with ``QuantizedLlamaDecoder``'s fused step: one C++ call
+  (every quantized row above decodes with the model's fused step (``FusedDecodeStep``): one C++ call
   per token, q/k/v and gate/up fused into one kernel pass each, the cache written in place)
 * int8 x8, int4 (file) x8 - the same weights with ``activations="int8"``: x quantized per block of
                 32 inside the kernel (llama.cpp's Q8_0 activations), integer dot products (VNNI;
@@ -30,9 +32,16 @@ Method: one warm-up each, then ``--rounds`` rounds taking turns, median tokens/s
 included, as a user sees it). Perplexity: non-overlapping windows of 256 tokens of the book's
 own validation prose (written after SmolLM2 was trained: held out), and the same for the book's
 small float32 GPT (chapter 16) quantized the same way, whose float32 weights were never 4-bit.
-Greedy agreement: the share of the 64 greedy tokens equal to float32's. Caveat: SmolLM2's
-float32 weights are the file's 4-bit weights decoded, so its int4 rows measure re-quantization
-of a 4-bit grid, not of a float model; the book GPT rows are the true float-to-int measurement.
+Teacher-forced agreement: the share of positions of that text where the model, reading the true
+text, picks float32's next token (argmax). Greedy agreement: the share of the 64 greedy tokens
+equal to float32's. Caveat: SmolLM2's float32 weights are the file's 4-bit weights decoded, and
+re-quantizing them with the same groups gives back (almost) the same grid (the share left
+unchanged is recorded as ``requantization_unchanged``), so its int4 rows measure the head's width,
+not rounding; the book GPT rows are the true float-to-int measurement.
+
+Sensitivity: each tensor group (``TENSOR_GROUPS``) alone at 4 bits, the rest int8, on both models:
+perplexity change and teacher-forced agreement against float32. Prefill: one forward pass over a
+prompt of 16 to 512 tokens, float32, int8 and int4 (file) in turns, median tokens/s per length.
 
 One matrix-vector product per SmolLM2 shape (the tied 49,152 x 576 head and each layer's
 matrices), float32 BLAS beside each kernel on each of its code paths that this CPU runs (avx512,
@@ -41,7 +50,7 @@ weights read, the roofline numbers of each kernel. The avx2 rows are what a lapt
 AVX-512 gets; the decoding rows above run the path "auto" picks (recorded as ``decoding_path``).
 
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
-its load average) for chapter 19. Run it on a quiet machine.
+its load average before and after) for chapter 19. Run it on a quiet machine.
 """
 from __future__ import annotations
 
@@ -65,8 +74,11 @@ from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
-from transformer_lib.quantization import (kernel_available, kernel_paths, load_smollm2_quantized,  # noqa: E402
-                                          matvec, quantize, quantize_blocks, simd_available, weight_bytes)
+from transformer_lib.quantization import (TENSOR_GROUPS, gguf_widths, kernel_available, kernel_paths,  # noqa: E402
+                                          load_smollm2_quantized, matvec, quantize, quantize_blocks, simd_available,
+                                          weight_bytes)
+from transformer_lib.quantization.modules import QuantizedLinear  # noqa: E402
+from transformer_lib.training import causal_lm_loss  # noqa: E402
 from transformer_lib.sampling import generate_ids  # noqa: E402
 from transformer_lib.training import evaluate_lm  # noqa: E402
 
@@ -81,6 +93,32 @@ def held_out_ids(encode, tokens: int) -> torch.Tensor:
 @torch.no_grad()
 def perplexity(model, ids: torch.Tensor, context: int) -> float:
     return math.exp(evaluate_lm(model, ids, context, batch_size=1))
+
+
+@torch.no_grad()
+def quality(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor]:
+    """Perplexity over non-overlapping windows of ``context`` tokens (as ``evaluate_lm``), and the
+    model's next-token choice (argmax) at every position, reading the true text (teacher forced)."""
+    n = len(ids) // context
+    windows = ids[: n * context].view(n, context)  # (n, context)
+    total, choices = 0.0, []
+    for w in windows.split(1):
+        logits = model(w)  # (1, context, V)
+        total += causal_lm_loss(logits, w).item()
+        choices.append(logits.argmax(-1).reshape(-1))
+    return math.exp(total / n), torch.cat(choices)
+
+
+def requantization_unchanged(dense, requantized) -> float:
+    """Share of SmolLM2's 4-bit body weights that re-quantizing their float32 decoding leaves exactly
+    as they were: the file's grid is reproduced, so those layers measure nothing about rounding."""
+    same = total = 0
+    for name, m in requantized.named_modules():
+        if isinstance(m, QuantizedLinear) and m.fmt == "q4_1" and "blocks." in name:
+            w = dense.get_submodule(name).weight
+            same += int((m.dequantized_weight() == w).sum())
+            total += w.numel()
+    return same / max(total, 1)
 
 
 def llama_cpp_generator(path: Path, threads: int):
@@ -142,6 +180,7 @@ def main() -> None:
                     help="leave out the transformers row (a provisional run on a busy machine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    load_before = round(os.getloadavg()[0], 2)
     new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
     rounds, text_tokens = (1, 512) if args.quick else (args.rounds, 2048)
     ok, why = kernel_available()
@@ -155,13 +194,17 @@ def main() -> None:
     dense = load_smollm2("cpu")
     encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
     prompt = encode(TEXT * 4)[:prompt_len]
+    file_mixture = gguf_widths()  # the packaged file's own widths per tensor group: the default mixture
     models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
-              "int4": quantize(copy.deepcopy(dense.model), 4), "int4 (file)": load_smollm2_quantized("cpu").model,
+              "int4": quantize(copy.deepcopy(dense.model), 4),  # the default mixture: embedding/head at 8 bits
+              "int4 uniform": quantize(copy.deepcopy(dense.model), 4, widths={}),  # the head at 4 bits too
+              "int4 (file)": load_smollm2_quantized("cpu").model,
               "int8 x8": quantize(copy.deepcopy(dense.model), 8, activations="int8"),
               "int4 (file) x8": load_smollm2_quantized("cpu", activations="int8").model}
     models["int4 (file) modules"] = unfused = load_smollm2_quantized("cpu").model
-    unfused.fused = False  # the modules' step: what one C++ call per token saves
+    unfused.decode_step.enabled = False  # the modules' step: what one C++ call per token saves
     x8 = ("int8 x8", "int4 (file) x8", "int4 (file) modules")  # perplexity: the same prefill as a row above
+    unchanged = requantization_unchanged(dense.model, models["int4"])
 
     path = smollm2_gguf_path()
     tf_version = None
@@ -206,22 +249,54 @@ def main() -> None:
     for g in gemv.values():
         g["GB_per_s"] = g["MB"] / 1e3 / (g["ms"] / 1e3)
     shapes = matvec_table(repeat=3 if args.quick else 15)
-    long_prompt = torch.tensor([encode(TEXT * 8)[:256]])
-    prefill = {}
-    for name in ("float32", "int4 (file)"):
-        with torch.no_grad():
-            t = median_time(lambda: models[name](long_prompt), repeat=3)
-        prefill[name] = long_prompt.shape[1] / t
+    # prefill: one forward pass over a prompt of L tokens (no cache), per L, generators in turns
+    prompt_lengths = (16, 64, 256) if args.quick else (16, 32, 64, 128, 256, 512)
+    long_ids = encode(TEXT * 40)
+    prefill_times = {name: {L: [] for L in prompt_lengths} for name in ("float32", "int8", "int4 (file)")}
+    with torch.no_grad():
+        for name in prefill_times:
+            models[name](torch.tensor([long_ids[:16]]))  # warm-up
+        for _ in range(1 if args.quick else 3):
+            for L in prompt_lengths:
+                p = torch.tensor([long_ids[:L]])
+                for name in prefill_times:
+                    prefill_times[name][L].append(timed(lambda: models[name](p)))
+    prefill_by_length = {name: {str(L): round(L / statistics.median(ts), 1) for L, ts in per.items()}
+                         for name, per in prefill_times.items()}
+    prefill = {name: prefill_by_length[name]["256"] for name in ("float32", "int4 (file)")}
 
     ids = held_out_ids(encode, text_tokens)
-    ppl = {name: perplexity(m, ids, context) for name, m in models.items() if name not in x8}
+    ppl, choice = {}, {}
+    for name, m in models.items():
+        if name not in x8:
+            ppl[name], choice[name] = quality(m, ids, context)
+    forced = {name: float((c == choice["float32"]).float().mean()) for name, c in choice.items()}
     gpt, gpt_tok, _ = load_gpt_checkpoint()
     gpt_ids = torch.tensor(gpt_tok.encode(split_paragraphs(load_corpus())[1]), dtype=torch.long)
     gpt_ctx = min(128, gpt.pos.max_len if hasattr(gpt, "pos") and hasattr(gpt.pos, "max_len") else 128)
-    gpt_ppl = {"float32": perplexity(gpt, gpt_ids, gpt_ctx)}
-    for bits in (8, 4):
-        g, _, _ = load_gpt_checkpoint()
-        gpt_ppl[f"int{bits}"] = perplexity(quantize(g, bits), gpt_ids, gpt_ctx)
+    gpt_models = {"float32": lambda g: g, "int8": lambda g: quantize(g, 8), "int4": lambda g: quantize(g, 4),
+                  "int4 uniform": lambda g: quantize(g, 4, widths={})}
+    gpt_q = {name: quality(make(load_gpt_checkpoint()[0]), gpt_ids, gpt_ctx) for name, make in gpt_models.items()}
+
+    # sensitivity: every tensor group at 8 bits except one at 4, per group, on both models
+    def sensitivity(load, ids_, ctx, reference):
+        out = {}
+        ref_ppl, ref_choice = reference
+        for group in TENSOR_GROUPS:
+            model = load()
+            names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+            present = {"embedding"} | {tensor_group(n) for n in names}  # groups that hold a layer
+            if group not in present:
+                continue
+            p, c = quality(quantize(model, 8, widths={group: 4}), ids_, ctx)
+            out[group] = {"perplexity": round(p, 4), "perplexity_change_pct": round(100 * (p / ref_ppl - 1), 3),
+                          "teacher_forced_agreement": round(float((c == ref_choice).float().mean()), 4)}
+            del model
+        return out
+
+    from transformer_lib.quantization import tensor_group
+    sens = {"SmolLM2": sensitivity(lambda: copy.deepcopy(dense.model), ids, context, (ppl["float32"], choice["float32"])),
+            "book GPT": sensitivity(lambda: load_gpt_checkpoint()[0], gpt_ids, gpt_ctx, gpt_q["float32"])}
 
     base = tok_s["float32"]
     rows = []
@@ -233,22 +308,32 @@ def main() -> None:
             row["weight_MB"] = round(weight_bytes(models[name]) / 1e6, 1)
             row["perplexity"] = round(ppl[name], 4)
             row["perplexity_change_pct"] = round(100 * (ppl[name] / ppl["float32"] - 1), 3)
+            row["teacher_forced_agreement"] = round(forced[name], 4)
         rows.append(row)
-    gpt_rows = [{"weights": k, "perplexity": round(v, 4),
-                 "perplexity_change_pct": round(100 * (v / gpt_ppl["float32"] - 1), 3)} for k, v in gpt_ppl.items()]
+    gpt_rows = [{"weights": k, "perplexity": round(p, 4),
+                 "perplexity_change_pct": round(100 * (p / gpt_q["float32"][0] - 1), 3),
+                 "teacher_forced_agreement": round(float((c == gpt_q["float32"][1]).float().mean()), 4)}
+                for k, (p, c) in gpt_q.items()]
 
     print(f"# SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; {args.threads} threads; "
           f"transformers {tf_version or 'skipped'}; llama.cpp {llama_version or 'not installed (row skipped)'}")
     print(f"# {describe(machine())}")
-    print(f"{'generator':<14}{'tokens/s':>10}{'x fp32':>8}{'agree':>7}{'MB':>8}{'ppl':>9}{'dppl %':>8}")
+    print(f"{'generator':<22}{'tokens/s':>10}{'x fp32':>8}{'greedy':>8}{'MB':>8}{'ppl':>9}{'dppl %':>8}{'forced':>8}")
     for r in rows:
         extra = (f"{r['weight_MB']:>8.1f}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}"
-                 if "perplexity" in r else "")
-        print(f"{r['generator']:<14}{r['tokens_per_s']:>10.1f}{r['vs_float32']:>8.2f}{r['greedy_agreement']:>7.2f}{extra}")
-    print(f"# perplexity on {len(ids)} held-out tokens (book validation prose), windows of {context}")
+                 f"{r['teacher_forced_agreement']:>8.3f}" if "perplexity" in r else "")
+        print(f"{r['generator']:<22}{r['tokens_per_s']:>10.1f}{r['vs_float32']:>8.2f}{r['greedy_agreement']:>8.2f}{extra}")
+    print(f"# perplexity and teacher-forced agreement on {len(ids)} held-out tokens (book validation prose), "
+          f"windows of {context}; greedy: share of {new_tokens} greedy tokens equal to float32's")
+    print(f"# re-quantizing the file's decoded 4-bit body weights leaves {100 * unchanged:.1f}% of them unchanged")
     print(f"# the book's float32 GPT (chapter 16), {len(gpt_ids)} held-out tokens, windows of {gpt_ctx}:")
     for r in gpt_rows:
-        print(f"{r['weights']:<14}{'':>10}{'':>8}{'':>7}{'':>8}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}")
+        print(f"{r['weights']:<22}{'':>34}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}"
+              f"{r['teacher_forced_agreement']:>8.3f}")
+    print("# sensitivity: everything int8 except one tensor group at 4 bits (perplexity change %, forced agreement)")
+    for model_name, per in sens.items():
+        print(f"{model_name:<10}" + "".join(f"{g:>12}{v['perplexity_change_pct']:>+7.2f}{v['teacher_forced_agreement']:>7.3f}"
+                                           for g, v in per.items()))
     print("# one matrix-vector product with the 49,152 x 576 head (batch 1):")
     for name, g in gemv.items():
         print(f"{name:<14}{g['ms']:>8.2f} ms {g['MB']:>7.1f} MB {g['GB_per_s']:>6.1f} GB/s")
@@ -258,17 +343,30 @@ def main() -> None:
     for kind in next(iter(shapes.values())):
         print(f"{kind:<20}" + "".join(f"{row[kind]['us']:>11.1f}{row[kind]['GB_per_s']:>7.1f}GB/s"
                                       for row in shapes.values()))
-    print("# prefill of 256 tokens: " + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in prefill.items()))
+    print("# prefill (one forward pass over the prompt), tokens/s by prompt length:")
+    print(f"{'':<14}" + "".join(f"{L:>8}" for L in prompt_lengths))
+    for name, per in prefill_by_length.items():
+        print(f"{name:<14}" + "".join(f"{per[str(L)]:>8.0f}" for L in prompt_lengths))
     best8 = max(("int8", "int8 x8"), key=tok_s.get)
     best4 = max(("int4 (file)", "int4 (file) x8"), key=tok_s.get)
     targets = {"int8_speedup": tok_s[best8] / base, "int4_speedup": tok_s[best4] / base,
                "int4_fused_over_modules": tok_s["int4 (file)"] / tok_s["int4 (file) modules"],
-               "int8_weight_only_speedup": tok_s["int8"] / base, "int4_weight_only_speedup": tok_s["int4 (file)"] / base}
+               "int8_weight_only_speedup": tok_s["int8"] / base, "int4_weight_only_speedup": tok_s["int4 (file)"] / base,
+               "int8_perplexity_change_pct": 100 * (ppl["int8"] / ppl["float32"] - 1),
+               "int4_perplexity_change_pct": 100 * (ppl["int4"] / ppl["float32"] - 1),
+               "int8_teacher_forced_agreement": forced["int8"], "int4_teacher_forced_agreement": forced["int4"],
+               "int4_over_float32_prefill_min": min(prefill_by_length["int4 (file)"][str(L)] /
+                                                    prefill_by_length["float32"][str(L)] for L in prompt_lengths)}
     if "llama.cpp" in tok_s:
         targets["llama_cpp_over_int4"] = tok_s["llama.cpp"] / tok_s[best4]
-    print("targets: int8 >= 2x: {:.2f}x ({}); int4 >= 3x: {:.2f}x ({}); llama.cpp / int4 <= 1.5: {}".format(
+    print("targets: int8 >= 2x: {:.2f}x ({}); int4 >= 3x: {:.2f}x ({}); llama.cpp / int4 <= 1.2: {}".format(
         targets["int8_speedup"], best8, targets["int4_speedup"], best4,
         f"{targets['llama_cpp_over_int4']:.2f}" if "llama_cpp_over_int4" in targets else "n/a"))
+    print("targets: perplexity change int8 {:+.2f}% (<= +0.5), int4 {:+.2f}% (<= +1.5); teacher-forced agreement "
+          "int8 {:.3f} (>= 0.98), int4 {:.3f} (>= 0.95); int4 / float32 prefill, worst length {:.2f} (>= 1)".format(
+              targets["int8_perplexity_change_pct"], targets["int4_perplexity_change_pct"],
+              targets["int8_teacher_forced_agreement"], targets["int4_teacher_forced_agreement"],
+              targets["int4_over_float32_prefill_min"]))
     if not args.no_write:
         write_results("quantized", {
             "setting": {"model": "SmolLM2-135M-Instruct (packaged Q4_1 GGUF)", "batch": 1, "device": "cpu",
@@ -282,7 +380,10 @@ def main() -> None:
             "rows": rows, "book_gpt_rows": gpt_rows,
             "head_gemv": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in gemv.items()},
             "matvec_us": shapes, "load_1min_after": round(os.getloadavg()[0], 2),
-            "prefill_tokens": long_prompt.shape[1], "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()}, "targets": {k: round(v, 3) for k, v in targets.items()}})
+            "prefill_tokens": 256, "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()},
+            "prefill_by_length": prefill_by_length, "file_mixture": file_mixture,
+            "requantization_unchanged": round(unchanged, 4), "sensitivity": sens,
+            "load_1min_before": load_before, "targets": {k: round(v, 4) for k, v in targets.items()}})
 
 
 if __name__ == "__main__":

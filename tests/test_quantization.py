@@ -396,6 +396,50 @@ def test_fallback_without_the_kernel(monkeypatch):
     assert kernel_available() == (False, "RuntimeError: no compiler")
 
 
+# -- the prefill product (kernels.matmul) --------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 70), N=st.integers(1, 150), groups=st.integers(1, 5), gs=st.sampled_from([32, 64]),
+       fmt=st.sampled_from(["q8_0", "q4_1"]), seed=st.integers(0, 10_000))
+def test_matmul_equals_reference(built, B, N, groups, gs, fmt, seed):
+    """Tiles decoded once + BLAS against the readable x @ dequantize(W)^T, for any number of rows
+    (tile leftovers included). Rounding analysis: each side sums K float32 products, each within
+    K u S of the exact sum (u = eps / 2, S = sum_j (|d q_j| + |m|) |x_j|), and the kernel may
+    decode a weight with one fused multiply-add (d q + m rounded once, not twice: one u per term
+    more); both together stay inside _rounding_bound's (K + 5) eps S."""
+    K = groups * gs
+    blocks = quantize_blocks(_weights(N, K, seed=seed), 8 if fmt == "q8_0" else 4, gs)
+    x = torch.randn(B, K, generator=torch.Generator().manual_seed(seed)) * 3
+    got = kernels.matmul(x, blocks, fmt, gs)
+    want = matvec_reference(x, blocks, fmt, gs)
+    assert got.shape == (B, N)
+    excess = (got.double() - want.double()).abs() - _rounding_bound(x, blocks, fmt, gs)
+    assert (excess <= 0).all(), float(excess.max())
+
+
+def test_matmul_keeps_leading_dims_and_serves_prefill(built):
+    """QuantizedLinear sends more than KERNEL_MAX_ROWS rows (a prompt) through matmul."""
+    from transformer_lib.quantization.modules import KERNEL_MAX_ROWS
+    layer = QuantizedLinear.from_weight(_weights(300, 128), 4)
+    x = torch.randn(2, KERNEL_MAX_ROWS + 5, 128)
+    with mock.patch.object(kernels, "matvec_reference", side_effect=AssertionError("not the kernel")):
+        got = layer(x)
+    want = x @ layer.dequantized_weight().T
+    assert got.shape == (2, KERNEL_MAX_ROWS + 5, 300)
+    assert ((got - want).abs() <= _rounding_bound(x.reshape(-1, 128), layer.blocks, "q4_1", 32).reshape(got.shape)).all()
+
+
+def test_matmul_bad_arguments_name_themselves():
+    blocks, x = quantize_blocks(_weights(8, 64), 4), torch.randn(20, 64)
+    for kwargs, name in [(dict(x=x.long()), "x"), (dict(x="x"), "x"), (dict(fmt="q5_0"), "fmt"),
+                         (dict(group_size=48), "group_size"), (dict(group_size=True), "group_size"),
+                         (dict(blocks=blocks[:, :-1]), "blocks"), (dict(blocks=blocks.float()), "blocks"),
+                         (dict(blocks=blocks, fmt="q8_0"), "blocks")]:
+        args = dict(x=x, blocks=blocks, fmt="q4_1", group_size=32) | kwargs
+        with pytest.raises(ValueError, match=name):
+            kernels.matmul(**args)
+
+
 # -- quantize() on a model -----------------------------------------------------------------------
 
 def _small_lm(seed=0, positional="rope"):
@@ -527,6 +571,40 @@ def test_fused_step_leaves_hooks_and_gradients_to_the_modules(built):
             model(torch.tensor([[96]]), cache=cache)  # the fused path checks its input too
 
 
+def test_quantize_mixed_precision():
+    """By default the tied embedding and head stay at 8 bits and everything else gets ``bits``;
+    ``widths`` names groups or single layers (a layer's name wins over its group); ``{}`` is uniform."""
+    from transformer_lib.quantization import DEFAULT_WIDTHS, tensor_group
+
+    def fmts(model):
+        return {n: m.fmt for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+
+    assert DEFAULT_WIDTHS == {"embedding": 8}
+    default = fmts(quantize(_small_lm(), 4))
+    assert default.pop("embed.head") == "q8_0" and set(default.values()) == {"q4_1"}
+    assert set(fmts(quantize(_small_lm(), 4, widths={})).values()) == {"q4_1"}
+    assert set(fmts(quantize(_small_lm(), 8)).values()) == {"q8_0"}
+    mixed = fmts(quantize(_small_lm(), 8, widths={"ffn_out": 4, "blocks.0.ffn.linear2": 8}))
+    assert mixed == {n: "q4_1" if tensor_group(n) == "ffn_out" and not n.startswith("blocks.0.") else "q8_0"
+                     for n in mixed}
+    assert tensor_group("blocks.1.self_attn.k_proj") == "attn_in" and tensor_group("blocks.1.ffn.linear3") == "ffn_in"
+    # the head at 8 bits is worth more than its share of the bytes: the logits move less
+    tokens = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = _small_lm()(tokens)
+        uniform = float((quantize(_small_lm(), 4, widths={})(tokens) - before).norm())
+        default = float((quantize(_small_lm(), 4)(tokens) - before).norm())
+    assert default < uniform
+
+
+def test_quantize_bad_widths_name_themselves():
+    for widths in ({"blocks.9.nothing": 4}, {"embedding": 5}, {"ffn_in": True}, [("embedding", 8)]):
+        model = _small_lm()
+        with pytest.raises(ValueError, match="widths"):
+            quantize(model, 4, widths=widths)
+        assert not any(isinstance(m, QuantizedLinear) for m in model.modules())
+
+
 def test_quantize_keeps_other_models_classes():
     model = _small_lm()
     assert type(quantize(model, 4)) is DecoderOnlyLM
@@ -566,6 +644,21 @@ def test_gguf_blocks_logits_equal_dequantized(smollm2_pair):
     assert kept.model.decode_step.plan(kept.model) is not None  # the steps took the fused one-call path
     assert (steps - want).abs().max() < 1e-3
     assert steps.argmax(-1).tolist() == want.argmax(-1).tolist()
+
+
+def test_default_mixture_is_the_files(smollm2_pair):
+    """The packaged GGUF's own widths (read from its tensor types) are quantize()'s default mixture:
+    re-quantizing the decoded model with bits=4 gives every layer the file's own block format."""
+    import copy
+
+    from transformer_lib.quantization import DEFAULT_WIDTHS, gguf_widths
+    widths = gguf_widths()
+    assert widths == {"embedding": 8, "attn_in": 4, "attn_out": 4, "ffn_in": 4, "ffn_out": 4}
+    assert {g: b for g, b in widths.items() if b != 4} == DEFAULT_WIDTHS
+    dense, kept = smollm2_pair
+    ours = quantize(copy.deepcopy(dense.model), 4)
+    fmt = lambda m: {n: x.fmt for n, x in m.named_modules() if isinstance(x, QuantizedLinear)}  # noqa: E731
+    assert fmt(ours) == fmt(kept.model)
 
 
 def test_gguf_blocks_generate(smollm2_pair):

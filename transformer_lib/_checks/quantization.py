@@ -43,3 +43,26 @@ def check_activations(activations) -> str:
     from .scalars import check_choice
 
     return check_choice("activations", activations, ("float32", "int8"))
+
+
+def check_matmul_args(x, blocks, fmt, group_size) -> None:
+    """For ``kernels.matmul``: x a float tensor (..., K); ``fmt`` 'q8_0' or 'q4_1'; ``group_size`` an
+    even int >= 2 dividing K; blocks uint8 (N, K / group_size * bytes per block) on x's device."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must be a float tensor (..., in_features), got "
+                         f"{type(x).__name__ if not isinstance(x, torch.Tensor) else f'{x.dtype} {tuple(x.shape)}'}")
+    if fmt not in ("q8_0", "q4_1"):
+        raise ValueError(f"fmt must be 'q8_0' or 'q4_1', got {fmt!r}")
+    K = x.shape[-1]
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2 \
+            or K % group_size:
+        raise ValueError(f"group_size must be an even int >= 2 that divides in_features = {K}, got {group_size!r}")
+    per_block = 2 + group_size if fmt == "q8_0" else 4 + group_size // 2
+    expected = K // group_size * per_block
+    if not isinstance(blocks, torch.Tensor) or blocks.dtype != torch.uint8 or blocks.dim() != 2 \
+            or blocks.shape[1] != expected:
+        got = f"{blocks.dtype} {tuple(blocks.shape)}" if isinstance(blocks, torch.Tensor) else type(blocks).__name__
+        raise ValueError(f"blocks must be uint8 (out_features, {expected}) for {fmt} with in_features={K}, "
+                         f"group_size={group_size}; got {got}")
+    if blocks.device != x.device:
+        raise ValueError(f"blocks must be on x's device {x.device}, got {blocks.device}")

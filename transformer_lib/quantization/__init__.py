@@ -5,27 +5,31 @@ with its GGUF file's own 4-bit blocks.
   ``round_trip`` to measure the error of any width and granularity.
 - :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
   compiled (``matvec``: C++, AVX-512 or AVX2 code paths chosen when it runs (``kernel_paths``),
-  threads with ``at::parallel_for``).
-- :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits)``,
-  which swaps them into a model in place; :func:`transformer_lib.sampling.generate_ids` drives it.
+  threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS).
+- :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits, widths=...)``,
+  which swaps them into a model in place (the embedding and head at 8 bits by default, as
+  llama.cpp does); :func:`transformer_lib.sampling.generate_ids` drives it.
 - :mod:`.roofline`: the bandwidth ceiling of decoding, and prefill's arithmetic intensity.
-- :mod:`.gguf_blocks`: ``load_smollm2_quantized``, no dequantization at load.
+- :mod:`.gguf_blocks`: ``load_smollm2_quantized``, no dequantization at load; ``gguf_widths``, a
+  file's own mixture of widths per tensor group.
 - :mod:`.fused`: ``FusedDecodeStep``, one compiled call per generated token (q/k/v and
   gate/up fused into one pass each, the KV cache written in place), and its readable reference.
 """
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
 from .fused import FusedDecodeStep, decode_step_reference, fuse_rows
-from .gguf_blocks import load_smollm2_quantized, read_gguf_blocks
-from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matvec, matvec_reference,
+from .gguf_blocks import gguf_widths, load_smollm2_quantized, read_gguf_blocks
+from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matmul, matvec, matvec_reference,
                       quantize_activations, simd_available, vnni_available)
 from .roofline import decode_ceiling, flops_per_byte
-from .modules import QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize, weight_bytes
+from .modules import (DEFAULT_WIDTHS, TENSOR_GROUPS, QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize,
+                      tensor_group, weight_bytes)
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
-           "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec",
+           "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec", "matmul",
            "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
-           "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "load_smollm2_quantized",
+           "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
+           "tensor_group", "gguf_widths", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
            "fuse_rows"]

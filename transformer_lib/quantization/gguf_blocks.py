@@ -27,7 +27,7 @@ from .formats import bytes_per_block
 from .fused import FusedDecodeStep
 from .modules import QuantizedEmbedding, QuantizedLinear
 
-__all__ = ["read_gguf_blocks", "load_smollm2_quantized"]
+__all__ = ["read_gguf_blocks", "load_smollm2_quantized", "gguf_widths"]
 
 # GGUF tensor type name -> our block format
 _KEPT = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
@@ -54,6 +54,30 @@ def _blocks(reader) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         else:
             raise ValueError(f"tensor {t.name} is {kind}; only F32, Q4_1 and Q8_0 are kept as blocks")
     return tensors, formats
+
+
+# GGUF tensor name (its part after "blk.N.") -> the tensor group of modules.TENSOR_GROUPS
+_GGUF_GROUP = {"token_embd": "embedding", "output": "embedding", "attn_q": "attn_in", "attn_k": "attn_in",
+               "attn_v": "attn_in", "attn_output": "attn_out", "ffn_gate": "ffn_in", "ffn_up": "ffn_in",
+               "ffn_down": "ffn_out"}
+_GGUF_BITS = {"Q4_1": 4, "Q4_0": 4, "Q8_0": 8}
+
+
+def gguf_widths(path: str | Path | None = None) -> dict[str, int]:
+    """A GGUF file's own mixture: ``{tensor group: bits}`` over its quantized matrices (the packaged
+    SmolLM2 by default), in the form :func:`~.modules.quantize`'s ``widths`` takes. A group whose
+    tensors have different widths is a ValueError (it has no one width to give)."""
+    path = smollm2_gguf_path() if path is None else Path(path)
+    widths: dict[str, int] = {}
+    for t in _reader(path).tensors:
+        bits = _GGUF_BITS.get(t.tensor_type.name)
+        if bits is None:  # float tensors: the norms
+            continue
+        key = t.name.removesuffix(".weight").split(".")[-1]  # "blk.3.attn_q.weight" -> "attn_q"
+        group = _GGUF_GROUP.get(key, "other")
+        if widths.setdefault(group, bits) != bits:
+            raise ValueError(f"path: {path.name} mixes widths inside the tensor group {group!r}")
+    return widths
 
 
 def _format_of(blocks: torch.Tensor, in_features: int) -> str:

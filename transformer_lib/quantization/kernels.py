@@ -43,7 +43,7 @@ import torch
 from .._extensions import Kernel, cpp_ops
 from .formats import dequantize_blocks
 
-__all__ = ["ACTIVATIONS", "PATHS", "kernel_available", "kernel_paths", "matvec", "matvec_reference",
+__all__ = ["ACTIVATIONS", "PATHS", "kernel_available", "kernel_paths", "matmul", "matvec", "matvec_reference",
            "quantize_activations", "simd_available", "vnni_available"]
 
 # how x enters the product: as it is, or as int8 codes per block (llama.cpp's Q8_0 activations)
@@ -183,3 +183,39 @@ def _bind() -> dict | None:
     _STATE["kernels"] = {("q8_0", "float32"): ops.q8_0_matvec, ("q4_1", "float32"): ops.q4_1_matvec,
                          ("q8_0", "int8"): ops.q8_0_matvec_q8x, ("q4_1", "int8"): ops.q4_1_matvec_q8x}
     return _STATE["kernels"]
+
+
+def matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32) -> torch.Tensor:
+    """``x (..., K) @ W^T -> (..., N)`` for many rows of x at once (prefill), W as ``fmt`` blocks
+    (N, K / group_size * bytes per block).
+
+    A prompt of B tokens uses each weight for 2 B flops, so for a long prompt the arithmetic, not
+    the bytes read, is the limit (:mod:`.roofline`). The compiled op decodes W one tile of rows at a
+    time (about 128 KB of float32, kept in the core's cache), once, and multiplies the tile with
+    all B rows by a float32 BLAS call: the decoding is paid once per weight, not once per row, and
+    no full float32 copy of W is ever written. The result equals :func:`matvec_reference` up to the
+    float32 rounding of the two sums (their orders differ; tests/test_quantization.py bounds it).
+    Bad input is a ValueError naming the argument; off the CPU, or without the compiled kernel, it
+    is ``x @ W^T`` on W decoded by :func:`~.formats.dequantize_blocks`."""
+    from .._checks.quantization import check_matmul_args
+    check_matmul_args(x, blocks, fmt, group_size)
+    K, N = x.shape[-1], blocks.shape[0]
+    op = _matmul_op(fmt) if x.device.type == "cpu" and blocks.device.type == "cpu" else None
+    if op is None:
+        return matvec_reference(x, blocks, fmt, group_size)
+    rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K)
+    out = rows.new_empty(rows.shape[0], N)  # (B, N)
+    op(rows, blocks.contiguous(), out, group_size)
+    return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)
+
+
+def _matmul_op(fmt: str):
+    """The compiled prefill op for ``fmt`` (looked up once), or None where the kernel cannot be built."""
+    ops = _STATE.get("matmul")
+    if ops is None:
+        try:
+            built = _ops()
+        except RuntimeError:
+            return None
+        ops = _STATE["matmul"] = {"q8_0": built.q8_0_matmul, "q4_1": built.q4_1_matmul}
+    return ops[fmt]

@@ -7,8 +7,8 @@ the accuracy risk of quantizing activations (whose outliers are much larger); ``
 trades a little of that accuracy for fewer instructions per weight (llama.cpp's choice).
 
 :class:`QuantizedLinear` replaces ``nn.Linear``: one row of x (or a few) goes through the compiled
-kernel (:func:`~.kernels.matvec`), a long prompt's many rows through ``F.linear`` on weights
-decoded once (prefill is bound by arithmetic, where BLAS's float32 matmul is the fast way).
+kernel (:func:`~.kernels.matvec`), a long prompt's many rows through :func:`~.kernels.matmul`
+(prefill is bound by arithmetic: each tile of W is decoded once and multiplied by float32 BLAS).
 Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is) or ``"int8"``
 (llama.cpp's way: x is quantized per block of 32 inside the kernel, integer dot products; faster,
 and x's rounding adds its own small error; prefill stays float32 either way).
@@ -29,14 +29,15 @@ from .._checks import check_matvec_input, check_quantization_args
 from .._checks.quantization import check_activations
 from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
 from .fused import FusedDecodeStep
-from .kernels import matvec
+from .kernels import matmul, matvec
 from ..model import DecoderOnlyLM
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
-           "KERNEL_MAX_ROWS"]
+           "KERNEL_MAX_ROWS", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
 
 # Up to this many rows of x go through the matrix-vector kernel (decoding, small batches); more
-# rows decode the weights once and use float32 BLAS (prefill: bound by arithmetic, not bytes).
+# rows go through kernels.matmul: W decoded once, tile by tile, and float32 BLAS (prefill: bound by
+# arithmetic, not bytes).
 KERNEL_MAX_ROWS = 16
 
 
@@ -85,7 +86,7 @@ class QuantizedLinear(nn.Module):
         if rows <= KERNEL_MAX_ROWS:
             y = matvec(x, self.blocks, self.fmt, self.group_size, activations=self.activations)  # (..., in) -> (..., out)
         else:
-            y = F.linear(x.float(), self.dequantized_weight())  # (..., in) -> (..., out)
+            y = matmul(x, self.blocks, self.fmt, self.group_size)  # prefill: tiles decoded once, BLAS (..., out)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -159,18 +160,62 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(parent_name) if parent_name else model), child
 
 
-def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32") -> nn.Module:
+# The groups of tensors that :func:`quantize`'s ``widths`` names: the embedding with the output
+# head (tied or not), attention's input projections (q, k, v) and output projection, the
+# feed-forward's input (gate and up, or the one input layer) and output (down) layers; "other" is
+# any other linear layer.
+TENSOR_GROUPS = ("embedding", "attn_in", "attn_out", "ffn_in", "ffn_out", "other")
+# llama.cpp's mixture, and the packaged SmolLM2 GGUF's own (its token_embd, the tied embedding and
+# output head, is Q8_0; every other matrix Q4_1): the embedding and head stay at 8 bits. They hurt
+# most at 4 bits (chapter 19 measures each group): the head's rounding errors go straight into
+# every logit, with no later layer or normalization to average them out.
+DEFAULT_WIDTHS = {"embedding": 8}
+# The one place that knows the blocks' attribute names (the last part of a linear layer's name).
+_GROUP_OF_LAYER = {"q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "out_proj": "attn_out",
+                   "linear1": "ffn_in", "linear3": "ffn_in", "linear2": "ffn_out", "head": "embedding",
+                   "lm_head": "embedding"}
+
+
+def tensor_group(name: str) -> str:
+    """The group of :data:`TENSOR_GROUPS` a linear layer belongs to, from its name in the model
+    (``"blocks.3.self_attn.q_proj"`` -> ``"attn_in"``); embeddings are ``"embedding"``."""
+    return _GROUP_OF_LAYER.get(name.rpartition(".")[2], "other")
+
+
+def _check_widths(widths, names: set[str]) -> dict[str, int]:
+    if not isinstance(widths, dict):
+        raise ValueError(f"widths must be a dict {{group or layer name: 4 or 8}}, got {type(widths).__name__}")
+    for key, value in widths.items():
+        if key not in TENSOR_GROUPS and key not in names:
+            raise ValueError(f"widths: {key!r} is neither a tensor group {TENSOR_GROUPS} nor a linear layer or "
+                             f"embedding of the model")
+        if isinstance(value, bool) or value not in (4, 8):
+            raise ValueError(f"widths: {key!r} must map to 4 or 8 bits, got {value!r}")
+    return dict(widths)
+
+
+def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32",
+             widths: dict[str, int] | None = None) -> nn.Module:
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
-    or 4 (asymmetric, q4_1), in place, and return the model. Its embedding is quantized too when it
-    is tied to the output head: when a linear layer shares its weight (``DecoderOnlyLM``), or when
-    no linear layer produces vocabulary-sized outputs (the head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay float32. Layers whose input width
-    ``group_size`` does not divide raise a ValueError before anything is replaced. ``activations``:
-    see :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
+    or 4 (asymmetric, q4_1), in place, and return the model.
+
+    Mixed precision, as llama.cpp does it: ``widths`` maps a tensor group (:data:`TENSOR_GROUPS`)
+    or a layer's own name (``"blocks.0.ffn.linear2"``; it wins over its group) to 4 or 8 bits; the
+    rest get ``bits``. The default, :data:`DEFAULT_WIDTHS`, keeps the embedding and output head at
+    8 bits (the packaged SmolLM2 file's own mixture); ``widths={}`` is uniform ``bits``.
+
+    The embedding is quantized too when it is tied to the output head: when a linear layer shares
+    its weight (``DecoderOnlyLM``), or when no linear layer produces vocabulary-sized outputs (the
+    head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay
+    float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
+    anything is replaced, as do unknown names in ``widths``. ``activations``: see
+    :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
     :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
     its ``decode_step`` (:class:`~.fused.FusedDecodeStep`; it runs for Llama's configuration)."""
     check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    widths = _check_widths(DEFAULT_WIDTHS if widths is None else widths, set(linears) | set(embeddings))
     for name, m in linears.items():  # check everything first: all or nothing
         check_quantization_args(m.weight, bits, group_size)
     tied = {}  # embedding name -> the linear head sharing its weight (or None: the head is embed.weight.T)
@@ -181,18 +226,23 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
         elif not any(m.out_features == emb.num_embeddings for m in linears.values()):
             check_quantization_args(emb.weight, bits, group_size)
             tied[e_name] = None
+
+    def width(name: str, group: str) -> int:
+        return widths.get(name, widths.get(group, bits))
+
     shared: dict[str, QuantizedLinear] = {}
     for e_name, head_name in tied.items():
-        emb = embeddings[e_name]
-        q = QuantizedLinear.from_linear(linears[head_name], bits, group_size, activations) if head_name else \
-            QuantizedLinear.from_weight(emb.weight, bits, group_size, activations=activations)  # (V, D), as the head reads it
+        emb, b = embeddings[e_name], width(e_name, "embedding")
+        q = QuantizedLinear.from_linear(linears[head_name], b, group_size, activations) if head_name else \
+            QuantizedLinear.from_weight(emb.weight, b, group_size, activations=activations)  # (V, D), as the head reads it
         parent, child = _parent(model, e_name)
         setattr(parent, child, QuantizedEmbedding(q))
         if head_name:
             shared[head_name] = q
     for name, m in linears.items():
         parent, child = _parent(model, name)
-        setattr(parent, child, shared.get(name) or QuantizedLinear.from_linear(m, bits, group_size, activations))
+        setattr(parent, child, shared.get(name) or
+                QuantizedLinear.from_linear(m, width(name, tensor_group(name)), group_size, activations))
     if isinstance(model, DecoderOnlyLM):  # offered each cached one-token step; runs when the configuration fits
         model.decode_step = FusedDecodeStep()
     return model

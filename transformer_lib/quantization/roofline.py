@@ -8,8 +8,9 @@ FLOPs per byte it can fetch, so decoding waits on memory, and the ceiling is
     tokens/s <= memory bandwidth (bytes/s) / bytes of weights read per token.
 
 A prompt of L tokens (prefill) reuses each weight L times: its intensity grows with L until the
-arithmetic, not the memory, is the limit. That is why prefill runs as a float32 matmul here and
-decoding through the quantized kernel.
+arithmetic, not the memory, is the limit. That is why prefill decodes each tile of weights once
+and runs float32 BLAS on it (:func:`~.kernels.matmul`), and decoding goes through the
+matrix-vector kernel.
 """
 from __future__ import annotations
 

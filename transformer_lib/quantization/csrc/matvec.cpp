@@ -115,6 +115,7 @@ struct V {
   static F zero() { return _mm512_setzero_ps(); }
   static F splat(float v) { return _mm512_set1_ps(v); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static float sum(F v) { return _mm512_reduce_add_ps(v); }
   // 16 int8 codes -> 16 int32 (sign-extended) -> 16 floats
@@ -152,6 +153,7 @@ struct V {
   static F zero() { return _mm256_setzero_ps(); }
   static F splat(float v) { return _mm256_set1_ps(v); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static float sum(F v);  // hsum8, defined in matvec_simd.h
   static __m128i bytes8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
@@ -488,6 +490,80 @@ void decode_step(const at::Tensor& x, at::TensorList weights, at::TensorList nor
 
 std::vector<std::string> paths(bool int8_x) { return kernel_paths(int8_x); }
 
+// ---- prefill: many rows of x at once (kernels.py's matmul) --------------------------------------
+// A prompt of B tokens multiplies each W by B rows: 2 B flops per weight, so for a long prompt the
+// arithmetic, not the bytes, is the limit, and the matrix-vector loops above (which decode every
+// weight again for each group of kBatch rows) lose to BLAS. Here W is cut into tiles of T rows;
+// each tile is decoded to float32 once (matvec_simd.h's decode_rows; T x K floats, about 128 KB:
+// it stays in the core's cache) and multiplied with all B rows of x by one BLAS call,
+// out[:, n0:n1] = x @ tile^T. The decoding costs a few instructions per weight, once, beside the
+// matmul's 2 B flops per weight, and no float32 copy of all of W is written; the tiles are shared out
+// over the threads (each BLAS call runs on its own thread).
+namespace {
+
+template <bool Q4>
+void decode_tile_portable(const uint8_t* W, int64_t G, int64_t gs, int64_t rows, float* dst) {
+  const int64_t bpb = Q4 ? 4 + gs / 2 : 2 + gs, half = gs / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const uint8_t* blk = W + (r * G + g) * bpb;
+      float* w = dst + (r * G + g) * gs;
+      const float d = half_at(blk);
+      if (Q4) {
+        const float m = half_at(blk + 2);
+        const uint8_t* qs = blk + 4;
+        for (int64_t j = 0; j < half; ++j) {  // w_j = d q_j + m, the same float32 steps as formats.py
+          w[j] = d * static_cast<float>(qs[j] & 15) + m;
+          w[j + half] = d * static_cast<float>(qs[j] >> 4) + m;
+        }
+      } else {
+        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int64_t j = 0; j < gs; ++j) w[j] = d * static_cast<float>(q[j]);
+      }
+    }
+}
+
+
+
+// rows of W per tile: about 128 KB of decoded floats, a multiple of 16, at least 16
+int64_t tile_rows(int64_t K) { return std::max<int64_t>(16, (128 * 1024 / (4 * K)) / 16 * 16); }
+
+}  // namespace
+
+template <bool Q4>
+void matmul_tiles(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor& out, int64_t gs) {
+  TORCH_CHECK(!Q4 || gs % 2 == 0, "q4_1 needs an even group size");
+  check_args(x, blocks, out, gs, Q4 ? 4 + gs / 2 : 2 + gs);
+  const int64_t K = x.size(1), N = blocks.size(0), G = K / gs, T = tile_rows(K);
+  const int64_t row_bytes = blocks.size(1), tiles = (N + T - 1) / T;
+  const uint8_t* W = blocks.data_ptr<uint8_t>();
+  const Path p = choose("auto", false, gs);
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> buf(static_cast<size_t>(T * K));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * T, rows = std::min(T, N - n0);
+      const uint8_t* tile_blocks = W + n0 * row_bytes;
+#ifdef TLIB_X86
+      if (p == Path::kAvx512) avx512::decode_rows<avx512::V, Q4>(tile_blocks, G, gs, rows, buf.data());
+      else if (p == Path::kAvx2) avx2::decode_rows<avx2::V, Q4>(tile_blocks, G, gs, rows, buf.data());
+      else
+#endif
+        decode_tile_portable<Q4>(tile_blocks, G, gs, rows, buf.data());
+      const at::Tensor tile = at::from_blob(buf.data(), {rows, K}, at::kFloat);  // (rows, K), decoded once
+      at::Tensor cols = out.narrow(1, n0, rows);  // (B, rows): a strided view of out, written by BLAS
+      at::mm_out(cols, x, tile.t());  // (B, K) @ (K, rows) -> (B, rows)
+    }
+  });
+}
+
+void q8_0_matmul(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs) {
+  matmul_tiles<false>(x, b, o, gs);
+}
+void q4_1_matmul(const at::Tensor& x, const at::Tensor& b, const at::Tensor& o, int64_t gs) {
+  matmul_tiles<true>(x, b, o, gs);
+}
+
+
 TORCH_LIBRARY(tlib_quant, m) {
   // out is written in place (a!); called eagerly from kernels.py only
   m.def("q8_0_matvec(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
@@ -496,10 +572,14 @@ TORCH_LIBRARY(tlib_quant, m) {
   m.def("q4_1_matvec_q8x(Tensor x, Tensor blocks, Tensor(a!) out, int group_size, str path) -> ()");
   m.def("decode_step(Tensor(a!) x, Tensor[] weights, Tensor[] norms, Tensor(b!)[] keys, Tensor(c!)[] values, "
         "int pos, Tensor cos, Tensor sin, int num_heads, int num_kv_heads, float eps, bool q4, bool int8_x) -> ()");
+  m.def("q8_0_matmul(Tensor x, Tensor blocks, Tensor(a!) out, int group_size) -> ()");
+  m.def("q4_1_matmul(Tensor x, Tensor blocks, Tensor(a!) out, int group_size) -> ()");
   m.def("paths(bool int8_x) -> str[]", TORCH_FN(paths));
   m.impl("q8_0_matvec", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec));
   m.impl("q4_1_matvec", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec));
   m.impl("q8_0_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q8_0_matvec_q8x));
   m.impl("q4_1_matvec_q8x", c10::DispatchKey::CPU, TORCH_FN(q4_1_matvec_q8x));
   m.impl("decode_step", c10::DispatchKey::CPU, TORCH_FN(decode_step));
+  m.impl("q8_0_matmul", c10::DispatchKey::CPU, TORCH_FN(q8_0_matmul));
+  m.impl("q4_1_matmul", c10::DispatchKey::CPU, TORCH_FN(q4_1_matmul));
 }

@@ -174,3 +174,27 @@ void rows_q8x(const int8_t* QX, const float* DX, const float* SX, int64_t B, int
   if (gs == 32) rows_q8x_fixed<V, Q4, 32>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
   else rows_q8x_fixed<V, Q4, 0>(QX, DX, SX, B, K, W, gs, O, N, n0, n1);
 }
+
+// Prefill (matvec.cpp's matmul_tiles): `rows` rows of W decoded to float32 (rows, K) at dst, one
+// block at a time, w = d q (+ m): V::kLanes weights per instruction.
+template <class V, bool Q4>
+void decode_rows(const uint8_t* W, int64_t G, int64_t gs, int64_t rows, float* dst) {
+  using F = typename V::F;
+  const int64_t half = gs / 2, bpb = Q4 ? 4 + half : 2 + gs;
+  for (int64_t i = 0; i < rows * G; ++i) {  // block i of the tile: row i / G, group i % G
+    const uint8_t* blk = W + i * bpb;
+    float* w = dst + i * gs;
+    const F d = V::splat(half_f16c(blk));
+    if (Q4) {
+      const F m = V::splat(half_f16c(blk + 2));
+      for (int64_t j = 0; j < half; j += V::kLanes) {
+        F lo, hi;
+        V::q4(blk + 4 + j, lo, hi);
+        V::store(w + j, V::fma(d, lo, m));
+        V::store(w + j + half, V::fma(d, hi, m));
+      }
+    } else {
+      for (int64_t j = 0; j < gs; j += V::kLanes) V::store(w + j, V::fma(d, V::q8(blk + 2 + j), V::zero()));
+    }
+  }
+}
