@@ -456,6 +456,29 @@ def _code_cells(nb: dict) -> list[dict]:
     return [c for c in nb["cells"] if c["cell_type"] == "code"]
 
 
+def _widen_first_plain_code_cell(stem: Path, width: int) -> None:
+    """Put one statement wider than ``width`` at the top of the first code cell without metadata,
+    in both the .md and the .ipynb (kept in sync): the committed chapters fit the column already,
+    and the format command needs something to fold."""
+    wide = "format_test_total = " + " + ".join(f"value_number_{i}" for i in range(12)) + "  # noqa"
+    wide = wide.replace("value_number_", "len('x') * ")  # runnable, not run: outputs stay as they are
+    assert len(wide) > width
+    md = stem.with_suffix(".md").read_text(encoding="utf8")
+    header = "```{code-cell} ipython3\n"
+    start = 0
+    while True:
+        start = md.index(header, start) + len(header)
+        if not md.startswith("---", start):
+            break
+    index = md[:start].count(header) - 1  # the code cell's index among the chapter's code cells
+    stem.with_suffix(".md").write_text(md[:start] + wide + "\n" + md[start:], encoding="utf8")
+    nb = json.loads(stem.with_suffix(".ipynb").read_text(encoding="utf8"))
+    cell = _code_cells(nb)[index]
+    source = "".join(cell["source"])
+    cell["source"] = (wide + "\n" + source).splitlines(keepends=True)
+    stem.with_suffix(".ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf8")
+
+
 def test_format_command_fits_code_to_the_column_keeps_outputs_and_pairing(tmp_path):
     """On copies of two chapters: every code line fits CODE_WIDTH (except a string literal that
     black cannot split, counted and bounded), outputs, counts and metadata are byte-identical (what
@@ -468,7 +491,10 @@ def test_format_command_fits_code_to_the_column_keeps_outputs_and_pairing(tmp_pa
     for stem in FORMAT_CHAPTERS:
         for ext in (".md", ".ipynb"):
             (tmp_path / f"{stem}{ext}").write_bytes((book.CHAPTERS_SRC / f"{stem}{ext}").read_bytes())
+        _widen_first_plain_code_cell(tmp_path / stem, width)  # the chapters themselves fit already
+        assert notebooks.cells_in_sync(tmp_path / f"{stem}.md") == []
     before = {s: json.loads((tmp_path / f"{s}.ipynb").read_text(encoding="utf8")) for s in FORMAT_CHAPTERS}
+    originals = {s: (tmp_path / f"{s}.md").read_text(encoding="utf8") for s in FORMAT_CHAPTERS}
     wide_before = sum(len(l) > width for s in FORMAT_CHAPTERS for c in _code_cells(before[s])
                       for l in "".join(c["source"]).split("\n"))
     assert wide_before > 0, "the chosen chapters should have lines to fold (else this test proves nothing)"
@@ -494,7 +520,7 @@ def test_format_command_fits_code_to_the_column_keeps_outputs_and_pairing(tmp_pa
                 continue  # an IPython magic: black masked it, compared by the outputs above
             assert ast.dump(ast.parse("".join(new["source"]))) == old_tree, f"{stem}: a cell's program changed"
         md_text = (tmp_path / f"{stem}.md").read_text(encoding="utf8")
-        original = (book.CHAPTERS_SRC / f"{stem}.md").read_text(encoding="utf8")
+        original = originals[stem]
         prose = lambda t: re.sub(r"```\{code-cell\}.*?\n```", "", t, flags=re.S)
         assert prose(md_text) == prose(original), f"{stem}: formatting touched the Markdown"
     subprocess.run(cmd, check=True, capture_output=True, cwd=book.ROOT)
