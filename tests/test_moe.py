@@ -143,15 +143,21 @@ def _lm(seed=0):
                             norm="rms", activation="swiglu", init_std=0.2).eval()
 
 
-def test_moe_decoder_cached_decoding_is_exact():
-    model = moe_decoder(_lm(), num_experts=4, top_k=2, d_ff=16)
-    assert all(isinstance(b.ffn, MixtureOfExperts) for b in model.blocks)
-    tokens = torch.randint(0, 23, (2, 15), generator=torch.Generator().manual_seed(1))
+def _assert_cached_decoding_equals_one_pass(model, length: int, prompt: int) -> None:
+    """A prompt, then one token at a time with the cache: the logits of one full pass."""
+    tokens = torch.randint(0, 23, (2, length), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = model(tokens)
         cache = model.new_cache()
-        parts = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(6, 15)]
+        parts = [model(tokens[:, :prompt], cache=cache)]
+        parts += [model(tokens[:, t:t + 1], cache=cache) for t in range(prompt, length)]
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_moe_decoder_cached_decoding_is_exact():
+    model = moe_decoder(_lm(), num_experts=4, top_k=2, d_ff=16)
+    assert all(isinstance(b.ffn, MixtureOfExperts) for b in model.blocks)
+    _assert_cached_decoding_equals_one_pass(model, 15, 6)
     logits = router_logits(model)
     assert len(logits) == 2 and logits[0].shape == (2, 4)  # the last call: 2 tokens, 4 experts
 
@@ -219,12 +225,7 @@ def test_decoder_only_lm_with_experts_decodes_exactly_with_its_cache():
                              num_experts=4, top_k=2, num_kv_heads=2).eval()
     assert all(isinstance(b.ffn, MixtureOfExperts) and b.ffn.top_k == 2 and len(b.ffn.experts) == 4
                for b in model.blocks)
-    tokens = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        full = model(tokens)
-        cache = model.new_cache()
-        parts = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(5, 12)]
-    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    _assert_cached_decoding_equals_one_pass(model, 12, 5)
     with pytest.raises(ValueError, match="top_k"):
         tl.DecoderOnlyLM(23, d_model=16, num_heads=4, num_layers=1, num_experts=2, top_k=3)
     with pytest.raises(ValueError, match="num_experts"):
