@@ -14,7 +14,6 @@ causal mask), not read from the exported graph or from the hooks it uses.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 
@@ -139,8 +138,9 @@ CONFIGS = {  # every positional scheme, both norm placements, RMSNorm and SwiGLU
     "alibi": dict(positional="alibi"),
     "none": dict(positional="none"),
 }
-if "num_kv_heads" in inspect.signature(tl.DecoderOnlyLM).parameters:  # grouped-query, once the model has it
-    CONFIGS["rope-grouped-query"] = dict(positional="rope", num_heads=4, num_kv_heads=2)
+CONFIGS["rope-grouped-query"] = dict(positional="rope", num_heads=4, num_kv_heads=2)
+CONFIGS["llama-switches"] = dict(positional="rope", num_heads=4, num_kv_heads=2, norm="rms", activation="swiglu",
+                                 bias=False, rotary_style="halves", rope_base=100000.0)
 
 
 @pytest.fixture(scope="module")

@@ -242,7 +242,8 @@ def test_a_readers_own_rope_model_replaces_the_books(browser, site, tmp_path):
     tok = BPETokenizer.train("the cat sat on the mat; the dog sat on the log. " * 30, 280)
     torch.manual_seed(3)
     # chapter 16's GPT trained with RoPE instead of a learned table: exported through its own forward
-    model = tl.DecoderOnlyLM(len(tok), d_model=32, num_heads=2, num_layers=3, max_len=32, positional="rope").eval()
+    model = tl.DecoderOnlyLM(len(tok), d_model=32, num_heads=4, num_kv_heads=2, num_layers=3, max_len=32,
+                             positional="rope").eval()  # a grouped-query RoPE GPT: 2 key/value heads for 4
     path = export_onnx(model, tmp_path / "my_gpt.onnx", tok)
     ctx, page, log = open_explainer(browser, site)
     try:
