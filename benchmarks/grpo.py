@@ -64,8 +64,8 @@ def run(name: str, seed: int, steps: int) -> dict:
     start = time.perf_counter()
     if SETTINGS[name] is None:
         generator = torch.Generator().manual_seed(seed)
-        losses = fit(policy, lambda step: sft_batch(128, DIGITS, generator), sft_loss, steps, lr=LR, progress=False)
-        history = {"loss": losses}
+        history = fit(policy, lambda step: sft_batch(128, DIGITS, generator), sft_loss, steps, lr=LR,
+                      progress=False)
     else:
         kwargs = dict(SETTINGS[name])
         history = train_grpo(policy, base, DIGITS, steps, lr=LR, max_new_tokens=MAX_NEW, seed=seed, **kwargs)

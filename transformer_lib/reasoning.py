@@ -278,7 +278,7 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
             history["kl"].append(((torch.exp(delta) - delta - 1) * mask).sum().item() / mask.sum().item())
         return grpo_loss(logprobs, old, ref, adv, mask, clip_eps, beta)
 
-    history["loss"] = fit(policy, make_batch, loss_fn, steps, lr=lr, grad_clip=1.0, progress=False)
+    history["loss"] = fit(policy, make_batch, loss_fn, steps, lr=lr, grad_clip=1.0, progress=False)["loss"]
     return history
 
 
@@ -296,7 +296,7 @@ def train_addition_model(steps: int, max_digits: int = 4, batch_size: int = 64, 
     model = DecoderOnlyLM(len(VOCAB), **MODEL_CONFIG)
     generator = torch.Generator().manual_seed(seed)
     losses = fit(model, lambda step: sft_batch(batch_size, 1 + step % max_digits, generator), sft_loss, steps,
-                 lr=lr, warmup_steps=20, progress=False)
+                 lr=lr, warmup_steps=20, progress=False)["loss"]
     return model.eval(), losses
 
 

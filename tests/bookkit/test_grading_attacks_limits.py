@@ -34,8 +34,11 @@ N = 4
 CELL_TIMEOUT, CALL_TIMEOUT, NOTEBOOK_TIMEOUT, PROBE = 5, 4, 30, 10
 FLOOD_BYTES = 2 * 2**30
 
-FLOOD = ("import sys\n_chunk = 'x' * 2**20\n"  # a message a MiB: the kernel does not run out of memory first
-         f"for _ in range({FLOOD_BYTES // 2**20}):\n    sys.stdout.write(_chunk)\n    sys.stdout.flush()\n")
+# 64 KiB a message: ZMQ's high-water mark (1000 messages) then holds at most 64 MiB in the kernel
+# however slowly a busy grader reads, far inside its 4 GiB address space (1 MiB messages could
+# queue a GiB and kill the kernel before the grader's cap was reached).
+FLOOD = ("import sys\n_chunk = 'x' * 2**16\n"
+         f"for _ in range({FLOOD_BYTES // 2**16}):\n    sys.stdout.write(_chunk)\n    sys.stdout.flush()\n")
 FILL = ("import os, glob\nfrom ipykernel import get_connection_file\n_written = {}\n"
         "for _where in ['/tmp/home', '/dev/shm', os.path.dirname(get_connection_file())]:\n"
         "    _n = 0\n    try:\n        while _n < 4000:\n"
