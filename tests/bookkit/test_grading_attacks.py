@@ -287,15 +287,22 @@ def _write(student: str, nb, root: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
+def released_course(tmp_path_factory, name: str):
+    """A course of chapter 1 alone with its assignment generated: (root, release, source). Skips
+    where there is no sandbox to grade in."""
     if not grading.bwrap_available():
         pytest.skip("bwrap missing: make sandbox-deps")
-    root = tmp_path_factory.mktemp("attacks-course")
+    root = tmp_path_factory.mktemp(name)
     course.write_course(CHAPTERS, root, only=[A])
     nbgrader(root, "generate_assignment", A, "--force")
     release = nbformat.read(str(root / "release" / A / f"{A}.ipynb"), as_version=4)
     source = nbformat.read(str(root / "source" / A / f"{A}.ipynb"), as_version=4)
+    return root, release, source
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    root, release, source = released_course(tmp_path_factory, "attacks-course")
     solutions = _write("solutions", solved(release, source), root)
     for student, (build, _) in ATTACKS.items():
         out = _write(student, build(release, source), root)

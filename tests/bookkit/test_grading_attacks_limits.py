@@ -26,8 +26,8 @@ from nbgrader.api import Gradebook  # noqa: E402
 
 from _submissions import without_demonstrations  # noqa: E402
 from bookkit import course, grading  # noqa: E402
-from bookkit.conventions import CHAPTERS  # noqa: E402
-from test_course import answer_cells, answer_names, nbgrader, solved  # noqa: E402
+from test_course import answer_cells, answer_names, solved  # noqa: E402
+from test_grading_attacks import released_course  # noqa: E402
 
 A = "01-attention"
 N = 4
@@ -77,13 +77,7 @@ STUDENTS = ["fill", "flood", "sleepy", "solutions"]  # graded in this order
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
-    if not grading.bwrap_available():
-        pytest.skip("bwrap missing: make sandbox-deps")
-    root = tmp_path_factory.mktemp("limits-course")
-    course.write_course(CHAPTERS, root, only=[A])
-    nbgrader(root, "generate_assignment", A, "--force")
-    release = nbformat.read(str(root / "release" / A / f"{A}.ipynb"), as_version=4)
-    source = nbformat.read(str(root / "source" / A / f"{A}.ipynb"), as_version=4)
+    root, release, source = released_course(tmp_path_factory, "limits-course")
     for student in STUDENTS:
         out = root / "submitted" / student / A / f"{A}.ipynb"
         out.parent.mkdir(parents=True)
