@@ -327,3 +327,15 @@ def test_exercise_checkers(name):
     for wrong in answers["wrong"]():
         assert not exercise.run(wrong), wrong
     assert not exercise.run(...)  # a stub is "not yet", not a crash
+
+
+@pytest.mark.parametrize("cuda_devices, local_world_size, expected", [
+    (0, 1, "gloo"), (0, 2, "gloo"),  # no GPU: the CPU
+    (1, 1, "nccl"), (2, 2, "nccl"), (8, 2, "nccl"),  # a GPU for every process on the machine
+    (1, 2, "gloo"), (2, 4, "gloo"),  # fewer GPUs than processes: NCCL cannot share one GPU between ranks
+])
+def test_torchrun_uses_nccl_only_when_every_local_rank_has_a_gpu(cuda_devices, local_world_size, expected):
+    # seen on a one-GPU machine: `torchrun --nproc-per-node 2` picked NCCL and rank 1 failed in
+    # torch.cuda.set_device(1); chapter 18's torchrun cell runs two processes
+    from transformer_lib.distributed.launch import choose_backend
+    assert choose_backend(cuda_devices, local_world_size) == expected

@@ -94,10 +94,16 @@ def wrap(model: nn.Module, strategy: str) -> nn.Module:
         device = next(model.parameters()).device
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+        # the mesh on the model's own device: left to itself FSDP2 picks CUDA whenever a GPU
+        # exists and would move a gloo run's CPU model onto it
+        device = next(model.parameters()).device
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        mesh = init_device_mesh(device.type, (world,))
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         return model
     return model
 

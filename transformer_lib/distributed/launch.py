@@ -103,13 +103,21 @@ def launch(fn: Callable, world_size: int, *args, timeout: float = 60.0) -> list[
     return outputs
 
 
+def choose_backend(cuda_devices: int, local_world_size: int) -> str:
+    """NCCL when every process on this machine gets a GPU of its own, else gloo on the CPU: NCCL
+    cannot run two ranks on one GPU, so two processes on a one-GPU machine train on the CPU."""
+    return "nccl" if cuda_devices >= local_world_size >= 1 else "gloo"
+
+
 def init_from_env() -> tuple[int, int]:
     """Join the process group ``torchrun`` describes in the environment (RANK, WORLD_SIZE,
     MASTER_ADDR, MASTER_PORT) with gloo on CPU, NCCL when every rank has a GPU. Returns
     ``(rank, world_size)``."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    backend = "nccl" if torch.cuda.is_available() and os.environ.get("TLIB_DEVICE", "") != "cpu" else "gloo"
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    backend = choose_backend(torch.cuda.device_count() if os.environ.get("TLIB_DEVICE", "") != "cpu" else 0,
+                             local_world_size)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
