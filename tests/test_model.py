@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
+from transformer_lib import tasks
 from transformer_lib.sampling import generate
 
 ATOL = 1e-5
@@ -94,3 +95,18 @@ def test_state_dict_keys_of_the_shipped_checkpoint_still_load():
     from transformer_lib.data import load_gpt_checkpoint
     model, _, _ = load_gpt_checkpoint()  # load_state_dict is strict: every key must match
     assert len(model.blocks) >= 1 and model.new_cache().num_layers == len(model.blocks)
+
+
+# -- Seq2SeqTransformer: one parallel pass equals prefix-by-prefix decoding (chapter 13) -----------
+
+def test_one_parallel_pass_equals_prefix_by_prefix_decoding():
+    torch.manual_seed(3)
+    model = tl.Seq2SeqTransformer(13, 13, d_model=32, num_heads=4, num_encoder_layers=1,
+                                  num_decoder_layers=2, d_ff=64).eval()
+    src, tgt = torch.randint(3, 13, (3, 7)), torch.randint(3, 13, (3, 6))
+    tgt_in = tasks.shift_right(tgt)
+    with torch.no_grad():
+        parallel = model(src, tgt_in)
+        memory = model.encode(src)
+        incremental = torch.stack([model.decode(tgt_in[:, :t + 1], memory)[:, -1] for t in range(6)], dim=1)
+    torch.testing.assert_close(parallel, incremental, atol=1e-5, rtol=1e-5)

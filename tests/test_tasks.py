@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from transformer_lib import tasks
-from transformer_lib.tasks import BOS, EOS, FIRST_TOKEN
+from transformer_lib.tasks import BOS, EOS, FIRST_TOKEN, prompt_batch, running_sum_batch
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -102,3 +102,33 @@ def test_three_lookups_targets_and_answer_keys_by_brute_force():
         tasks.three_lookups_batch(2, 1, 5)
     with pytest.raises(ValueError, match="vocab_size"):
         tasks.three_lookups_batch(2, 4, 1)
+
+
+# -- running_sum_batch and prompt_batch against loops (chapter 13) ---------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(1, 9), base=st.integers(2, 12), seed=st.integers(0, 1000))
+def test_running_sum_batch_matches_a_loop(B, L, base, seed):
+    src, tgt = running_sum_batch(B, L, torch.Generator().manual_seed(seed), base=base)
+    assert src.shape == tgt.shape == (B, L)
+    digits = src - tasks.FIRST_TOKEN
+    assert digits.min() >= 0 and digits.max() < base
+    for b in range(B):
+        total = 0
+        for t in range(L):
+            total = (total + digits[b, t].item()) % base
+            assert tgt[b, t].item() == total + tasks.FIRST_TOKEN
+
+
+def test_running_sum_and_prompt_batch_reject_bad_input():
+    for args in ((0, 4), (2, 0)):
+        with pytest.raises(ValueError):
+            running_sum_batch(*args)
+    with pytest.raises(ValueError, match="base"):
+        running_sum_batch(2, 3, base=1)
+    src, tgt = torch.randint(3, 9, (2, 4)), torch.randint(3, 9, (2, 3))
+    seq = prompt_batch(src, tgt)
+    assert seq.shape == (2, 8) and torch.equal(seq[:, :4], src) and torch.equal(seq[:, 5:], tgt)
+    assert (seq[:, 4] == tasks.EOS).all()
+    with pytest.raises(ValueError, match="same B"):
+        prompt_batch(src, tgt[:1])

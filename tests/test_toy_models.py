@@ -1,15 +1,19 @@
-"""Tests for transformer_lib.toy_models (the three-lookups model of chapter 3), its task in
-transformer_lib.tasks and its head scores in transformer_lib.probes."""
+"""Tests for transformer_lib.toy_models: the three-lookups model of chapter 3 (with its task in
+transformer_lib.tasks and its head scores in transformer_lib.probes) and chapter 13's
+TokenClassifier against a dense reference, causal and bidirectional."""
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import transformer_lib as tl
 from transformer_lib.device import cpu_threads
 from transformer_lib.probes import head_scores, record_attention
 from transformer_lib.tasks import LOOKUP_TASKS as TASKS
 from transformer_lib.tasks import answer_keys, three_lookups_batch
-from transformer_lib.toy_models import LookupModel, lookup_accuracy, lookup_loss, train_lookup_model
+from transformer_lib.toy_models import LookupModel, TokenClassifier, lookup_accuracy, lookup_loss, train_lookup_model
 
 
 def _brute_force_targets(tokens, vocab_size):
@@ -148,3 +152,64 @@ def test_cpu_threads_restores_the_setting_even_after_an_error():
             assert torch.get_num_threads() == 1
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
+
+
+# -- TokenClassifier: a label per token, causal or bidirectional (chapter 13) ----------------------
+
+def _dense_reference(model, tokens):
+    """The classifier written out from its parts, with the mask passed to every layer by hand."""
+    L = tokens.shape[1]
+    mask = tl.causal_mask(L) if model.causal else None
+    x = model.embed(tokens) + model.pos.embedding.weight[:L]  # (B, L, D)
+    for layer in model.blocks:
+        x = x + layer.self_attn(layer.norm1(x), mask=mask)[0]  # Pre-LN: x + Sublayer(LN(x))
+        x = x + layer.ffn(layer.norm2(x))
+    return model.head(model.norm(x))  # (B, L, C)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_token_classifier_equals_a_dense_reference(causal):
+    torch.manual_seed(1)
+    model = TokenClassifier(17, num_classes=5, d_model=24, num_heads=3, num_layers=2, causal=causal).eval()
+    tokens = torch.randint(0, 17, (3, 9))
+    with torch.no_grad():
+        got, expected = model(tokens), _dense_reference(model, tokens)
+    assert got.shape == (3, 9, 5)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@functools.lru_cache(maxsize=1)
+def _causal_and_full_pair():
+    """Two classifiers with the same parameters; only the mask differs."""
+    torch.manual_seed(4)
+    causal = TokenClassifier(9, d_model=16, num_heads=2, num_layers=2, causal=True).eval()
+    full = TokenClassifier(9, d_model=16, num_heads=2, num_layers=2, causal=False).eval()
+    full.load_state_dict(causal.state_dict())
+    return causal, full
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(2, 10), t=st.integers(0, 8), seed=st.integers(0, 10_000))
+def test_causal_classifier_never_reads_the_future_and_bidirectional_does(L, t, seed):
+    t = min(t, L - 2)
+    causal, full = _causal_and_full_pair()
+    tokens = torch.randint(0, 9, (2, L), generator=torch.Generator().manual_seed(seed))
+    changed = tokens.clone()
+    changed[:, t + 1:] = (tokens[:, t + 1:] + 1) % 9  # every token after t is different
+    with torch.no_grad():
+        assert torch.equal(causal(tokens)[:, :t + 1], causal(changed)[:, :t + 1])  # bit for bit
+        assert not torch.allclose(full(tokens)[:, :t + 1], full(changed)[:, :t + 1])
+
+
+def test_token_classifier_rejects_bad_input():
+    with pytest.raises(ValueError, match="vocab_size"):
+        TokenClassifier(0)
+    with pytest.raises(ValueError, match="num_classes"):
+        TokenClassifier(5, num_classes=0)
+    with pytest.raises(ValueError, match="divisible"):
+        TokenClassifier(5, d_model=10, num_heads=4)
+    model = TokenClassifier(5, max_len=4)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len=4"):
+        model(torch.zeros(1, 5, dtype=torch.long))
