@@ -9,13 +9,16 @@ models are small (width <= 32, <= 3 blocks, O(1) activations).
 """
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer_lib as tl
 from transformer_lib import tasks
 from transformer_lib.masks import prefix_lm_mask
 from transformer_lib.pretrained import BertEncoder, MiniLMConfig
 from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
-from transformer_lib.probes import dependency_map, mask_kind, record_attention
+from transformer_lib.probes import dependency_map, input_gradient_norms, mask_kind, record_attention
+from transformer_lib.rnn import RNNClassifier
+from transformer_lib.tasks import recall_first_batch
 from transformer_lib.toy_models import LookupModel, TokenClassifier, TransformerClassifier
 
 ATOL = 1e-5
@@ -478,3 +481,44 @@ def test_dependency_map_rejects_bad_shapes():
         dependency_map(lambda z: z, torch.randn(2, 3, 4))
     with pytest.raises(ValueError, match="L_out, D_out"):
         dependency_map(lambda z: z.sum(), torch.randn(3, 4))
+
+
+# -- input_gradient_norms: the gradient reaching each input position (chapter 9) -------------------
+
+@pytest.mark.parametrize("kind", ["tf", "rnn", "elman"])
+def test_input_gradient_norms_match_manual_autograd(kind):
+    tl.seed_everything(0)
+    V, C, L = 11, 8, 9
+    model = (TransformerClassifier(V, 16, C, max_len=L) if kind == "tf" else RNNClassifier(V, 16, C, kind=kind))
+    tokens, labels = recall_first_batch(4, L, V, C, generator=torch.Generator().manual_seed(1))
+    got = input_gradient_norms(model, tokens, labels)
+    assert all(p.grad is None for p in model.parameters())  # parameter gradients untouched
+    # by hand: embed, detach into a leaf, run the rest of the model on it
+    e = model.embed(tokens).detach().requires_grad_(True)
+    if kind == "tf":
+        x = model.pos(e)
+        for layer in model.blocks:
+            x = layer(x)
+        logits = model.head(model.norm(x[:, -1]))
+    else:
+        logits = model.head(model.rnn(e)[0][:, -1])
+    F.cross_entropy(logits, labels).backward()
+    torch.testing.assert_close(got, e.grad.norm(dim=-1).mean(0), atol=1e-6, rtol=1e-5)
+
+
+def test_rnn_gradient_vanishes_with_distance_attention_does_not():
+    tl.seed_everything(0)
+    V, C, L = 11, 8, 40
+    tokens, labels = recall_first_batch(32, L, V, C, generator=torch.Generator().manual_seed(1))
+    g_rnn = input_gradient_norms(RNNClassifier(V, 32, C, kind="rnn"), tokens, labels)
+    g_tf = input_gradient_norms(TransformerClassifier(V, 32, C, max_len=L), tokens, labels)
+    assert g_rnn[0] / g_rnn[-2] < 1e-6
+    assert 0.2 < g_tf[0] / g_tf[-2] < 5
+
+
+def test_input_gradient_norms_errors():
+    with pytest.raises(ValueError, match="embed"):
+        input_gradient_norms(torch.nn.Linear(3, 3), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    model = RNNClassifier(11, 8, 4, kind="rnn")
+    with pytest.raises(ValueError, match="labels"):
+        input_gradient_norms(model, torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long))

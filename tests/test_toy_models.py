@@ -13,7 +13,8 @@ from transformer_lib.device import cpu_threads
 from transformer_lib.probes import head_scores, record_attention
 from transformer_lib.tasks import LOOKUP_TASKS as TASKS
 from transformer_lib.tasks import answer_keys, three_lookups_batch
-from transformer_lib.toy_models import LookupModel, TokenClassifier, lookup_accuracy, lookup_loss, train_lookup_model
+from transformer_lib.toy_models import (LookupModel, TokenClassifier, TransformerClassifier, lookup_accuracy,
+                                        lookup_loss, train_lookup_model)
 
 
 def _brute_force_targets(tokens, vocab_size):
@@ -213,3 +214,14 @@ def test_token_classifier_rejects_bad_input():
         model(torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="max_len=4"):
         model(torch.zeros(1, 5, dtype=torch.long))
+
+
+# -- TransformerClassifier (chapter 9) -------------------------------------------------------------
+
+def test_transformer_classifier_shapes_and_errors():
+    model = TransformerClassifier(11, 16, 8, num_heads=4, max_len=20)
+    assert model(torch.randint(0, 11, (3, 20))).shape == (3, 8)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        model(torch.randint(0, 11, (20,)))
+    with pytest.raises(ValueError, match="longer than the learned position table"):
+        model(torch.randint(0, 11, (1, 21)))
