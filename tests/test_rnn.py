@@ -3,10 +3,12 @@
 
 import pytest
 import torch
+import torch.nn as nn
 
 import transformer_lib as tl
 from transformer_lib.rnn import torch_rnn
 
+ATOL = 1e-5
 
 
 @pytest.mark.parametrize("call, message", [
@@ -40,3 +42,15 @@ def test_elman_rejects_bad_input():
         tl.ElmanRNN.from_torch(torch.nn.RNN(4, 6, num_layers=2))
     with pytest.raises(ValueError, match="kind"):
         torch_rnn("transformer", 4, 4)
+
+
+def test_elman_rnn_matches_torch():
+    ref = nn.RNN(5, 7, batch_first=True)
+    ours = tl.ElmanRNN.from_torch(ref)
+    x = torch.randn(3, 9, 5)
+    exp_out, exp_h = ref(x)
+    out, h = ours(x)
+    assert torch.allclose(out, exp_out, atol=ATOL) and torch.allclose(h, exp_h[0], atol=ATOL)
+    for kind in ("rnn", "gru"):
+        out, _ = tl.torch_rnn(kind, 5, 7)(x)
+        assert out.shape == (3, 9, 7)
