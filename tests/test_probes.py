@@ -16,9 +16,10 @@ from transformer_lib import tasks
 from transformer_lib.masks import prefix_lm_mask
 from transformer_lib.pretrained import BertEncoder, MiniLMConfig
 from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
-from transformer_lib.probes import dependency_map, input_gradient_norms, mask_kind, record_attention
+from transformer_lib.probes import dependency_map, head_scores, input_gradient_norms, mask_kind, record_attention
 from transformer_lib.rnn import RNNClassifier
-from transformer_lib.tasks import recall_first_batch
+from transformer_lib.tasks import LOOKUP_TASKS as TASKS
+from transformer_lib.tasks import answer_keys, recall_first_batch, three_lookups_batch
 from transformer_lib.toy_models import LookupModel, TokenClassifier, TransformerClassifier
 
 ATOL = 1e-5
@@ -522,3 +523,18 @@ def test_input_gradient_norms_errors():
     model = RNNClassifier(11, 8, 4, kind="rnn")
     with pytest.raises(ValueError, match="labels"):
         input_gradient_norms(model, torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+
+
+# -- head_scores (chapter 3) -----------------------------------------------------------------------
+
+def test_head_scores_are_one_for_perfect_heads_and_uniform_heads_score_lower():
+    tokens, _ = three_lookups_batch(8, 10, 5, torch.Generator().manual_seed(0))
+    keys = answer_keys(tokens)
+    perfect = torch.stack([keys[t].float() / keys[t].float().sum(-1, keepdim=True).clamp_min(1) for t in TASKS],
+                          dim=1)  # (B, 3, L, L): head h attends evenly to task h's answer keys
+    scores = head_scores(perfect, tokens)
+    for h, task in enumerate(TASKS):
+        assert scores[task][h].item() == pytest.approx(1.0, abs=1e-6)
+    uniform = torch.tril(torch.ones(10, 10))
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(8, 1, 10, 10)
+    assert head_scores(uniform, tokens)["previous"].item() < 0.5

@@ -1,6 +1,6 @@
-"""Tests for transformer_lib.toy_models: the three-lookups model of chapter 3 (with its task in
-transformer_lib.tasks and its head scores in transformer_lib.probes) and chapter 13's
-TokenClassifier against a dense reference, causal and bidirectional."""
+"""Tests for transformer_lib.toy_models: the three-lookups model of chapter 3 (its task is tested in
+test_tasks.py, its head scores in test_probes.py), chapter 9's TransformerClassifier and chapter
+13's TokenClassifier against a dense reference, causal and bidirectional."""
 import functools
 
 import pytest
@@ -9,63 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from transformer_lib.device import cpu_threads
 from transformer_lib.probes import head_scores, record_attention
 from transformer_lib.tasks import LOOKUP_TASKS as TASKS
-from transformer_lib.tasks import answer_keys, three_lookups_batch
+from transformer_lib.tasks import three_lookups_batch
 from transformer_lib.toy_models import (LookupModel, TokenClassifier, TransformerClassifier, lookup_accuracy,
                                         lookup_loss, train_lookup_model)
-
-
-def _brute_force_targets(tokens, vocab_size):
-    B, L = tokens.shape
-    prev = torch.empty(B, L, dtype=torch.long)
-    first = torch.empty(B, L, dtype=torch.long)
-    biggest = torch.empty(B, L, dtype=torch.long)
-    for b in range(B):
-        for t in range(L):
-            prev[b, t] = tokens[b, t - 1] if t > 0 else vocab_size
-            first[b, t] = tokens[b, 0]
-            biggest[b, t] = max(tokens[b, : t + 1].tolist())
-    return {"previous": prev, "first": first, "max": biggest}
-
-
-@settings(max_examples=30, deadline=None)
-@given(B=st.integers(1, 4), L=st.integers(2, 9), V=st.integers(2, 7), seed=st.integers(0, 1000))
-def test_targets_match_brute_force(B, L, V, seed):
-    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
-    assert tokens.shape == (B, L) and tokens.min() >= 0 and tokens.max() < V
-    expected = _brute_force_targets(tokens, V)
-    for task in TASKS:
-        assert torch.equal(targets[task], expected[task]), task
-
-
-@settings(max_examples=30, deadline=None)
-@given(B=st.integers(1, 3), L=st.integers(2, 8), V=st.integers(2, 6), seed=st.integers(0, 1000))
-def test_answer_keys_hold_the_answers(B, L, V, seed):
-    """Every marked key holds the target token, and every query t >= 1 has at least one such key."""
-    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
-    keys = answer_keys(tokens)
-    for task in TASKS:
-        k = keys[task]
-        assert k.shape == (B, L, L) and k.dtype == torch.bool
-        assert not k.triu(1).any(), "an answer key lies in the future"
-        assert k[:, 1:].any(-1).all()
-        b, i, j = k.nonzero(as_tuple=True)
-        assert torch.equal(tokens[b, j], targets[task][b, i])
-
-
-def test_head_scores_are_one_for_perfect_heads_and_uniform_heads_score_lower():
-    tokens, _ = three_lookups_batch(8, 10, 5, torch.Generator().manual_seed(0))
-    keys = answer_keys(tokens)
-    perfect = torch.stack([keys[t].float() / keys[t].float().sum(-1, keepdim=True).clamp_min(1) for t in TASKS],
-                          dim=1)  # (B, 3, L, L): head h attends evenly to task h's answer keys
-    scores = head_scores(perfect, tokens)
-    for h, task in enumerate(TASKS):
-        assert scores[task][h].item() == pytest.approx(1.0, abs=1e-6)
-    uniform = torch.tril(torch.ones(10, 10))
-    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(8, 1, 10, 10)
-    assert head_scores(uniform, tokens)["previous"].item() < 0.5
 
 
 def test_model_shapes_loss_and_weights():
@@ -120,16 +68,6 @@ def test_training_is_deterministic():
     assert a == b
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_size=0, length=4, vocab_size=5), "batch_size"),
-    (dict(batch_size=2, length=1, vocab_size=5), "length"),
-    (dict(batch_size=2, length=4, vocab_size=1), "vocab_size"),
-])
-def test_batch_rejects_bad_sizes(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        three_lookups_batch(**kwargs)
-
-
 def test_bad_inputs_raise_value_errors():
     with pytest.raises(ValueError, match="divisible"):
         LookupModel(d_model=30, num_heads=4)
@@ -144,15 +82,6 @@ def test_bad_inputs_raise_value_errors():
         head_scores(torch.zeros(2, 3, 3), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="do not match"):
         head_scores(torch.zeros(2, 1, 3, 3), torch.zeros(2, 4, dtype=torch.long))
-
-
-def test_cpu_threads_restores_the_setting_even_after_an_error():
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError):
-        with cpu_threads(1):
-            assert torch.get_num_threads() == 1
-            raise RuntimeError("boom")
-    assert torch.get_num_threads() == before
 
 
 # -- TokenClassifier: a label per token, causal or bidirectional (chapter 13) ----------------------
