@@ -84,3 +84,9 @@ def test_decoder_layer_matches_torch(device, batch_first, norm_first, activation
                    tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm)
     out = ours(tgt, mem, self_mask=self_mask, memory_mask=mem_mask)
     assert torch.allclose(out, to_bf(expected, batch_first), atol=ATOL)
+
+
+def test_encoder_layer_ffn_share_is_two_thirds():
+    layer = tl.EncoderLayer(512, 8, 2048)
+    share = tl.count_parameters(layer.ffn) / tl.count_parameters(layer)
+    assert share == pytest.approx(2 / 3, abs=1e-3)
