@@ -9,6 +9,7 @@ by chance. Local runs keep the "dev" profile, which explores new examples each r
 ``@reproduce_failure`` blob of a failing example, and the plugin prints the seed to rerun it with
 ``--hypothesis-seed``. Pick one by hand with ``HYPOTHESIS_PROFILE=ci|dev``.
 """
+import itertools
 import os
 from pathlib import Path
 
@@ -87,3 +88,28 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(tier)
         if tier == "unit" and Path(item.path).stem in SLOW_UNIT_FILES:
             item.add_marker("slow")
+
+
+# -- parity with torch.nn: helpers of test_multihead, test_layers and test_model -------------------
+
+def lengths_and_masks(B, L, device, causal):
+    """Random key lengths (>= 1) -> (our bool mask, torch attn_mask, torch key_padding_mask)."""
+    import transformer_lib as tl  # here: the tiers that never build a model need not import the library
+    lengths = torch.randint(1, L + 1, (B,))
+    lengths[0] = L
+    ours = tl.padding_mask(lengths, L, device=device)  # (B, 1, 1, L)
+    kpm = ~ours[:, 0, 0, :]  # torch: True = pad
+    attn = None
+    if causal:
+        c = tl.causal_mask(L, device=device)
+        ours = tl.combine_masks(ours, c)
+        attn = tl.to_torch_mha_mask(c)  # torch: True = blocked
+    return ours, attn, kpm
+
+
+def to_bf(x, batch_first):
+    return x if batch_first else x.transpose(0, 1)
+
+
+# (batch_first, norm_first, activation) of every layer and Transformer checked against torch.nn
+CONFIGS = list(itertools.product([True, False], [False, True], ["relu", "gelu"]))

@@ -2,25 +2,21 @@
 agrees with torch's own FLOP counter (2 FLOPs per multiply-accumulate); the work and depth levels
 of chapter 9 (Brent's bound, the schedule on few and many lanes, sequential steps).
 
-Chapter 9's other measurements are tested here too, for now: the recurrent baseline
-(transformer_lib.rnn), the Transformer classifier (toy_models) and input gradient norms (probes);
-their tests belong in test_rnn.py, test_toy_models.py and test_probes.py."""
+Chapter 9's other measurements are tested with their modules: the recurrent baseline in
+test_rnn.py, the Transformer classifier in test_toy_models.py, input gradient norms in
+test_probes.py."""
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 import transformer_lib as tl
 from transformer_lib.cost import encoder_levels, rnn_levels, schedule_time, sequential_steps
-from transformer_lib.probes import input_gradient_norms, record_attention
+from transformer_lib.probes import record_attention
 from transformer_lib.profiling import time_call
-from transformer_lib.rnn import RNNClassifier, torch_rnn
-from transformer_lib.tasks import recall_first_batch
-from transformer_lib.toy_models import TransformerClassifier
 
 # DL0033's table at d_model = 512 (attention % / FFN %), taken from the seed text.
 SEED_TABLE = {64: (34.69, 65.31), 256: (38.46, 61.54), 1024: (50.00, 50.00), 4096: (71.43, 28.57)}
@@ -117,77 +113,3 @@ def test_bad_inputs_raise():
         time_call(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="cpu_time"):
         time_call(lambda: None, device="cuda", cpu_time=True)
-
-
-# -- the recurrent baseline -----------------------------------------------------------------------
-
-@pytest.mark.parametrize("B,L,I,H", [(1, 1, 3, 5), (3, 7, 4, 6), (2, 20, 8, 8)])
-def test_elman_matches_torch_rnn(B, L, I, H):
-    tl.seed_everything(0)
-    ref = torch.nn.RNN(I, H, batch_first=True)
-    ours = tl.ElmanRNN.from_torch(ref)
-    x, h0 = torch.randn(B, L, I), torch.randn(1, B, H)
-    out_ref, h_ref = ref(x, h0)
-    out, h = ours(x, h0[0])
-    torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(h, h_ref[0], atol=1e-5, rtol=1e-5)
-
-
-def test_elman_rejects_bad_input():
-    rnn = tl.ElmanRNN(4, 6)
-    with pytest.raises(ValueError, match=r"\(B, L, 4\)"):
-        rnn(torch.randn(2, 3, 5))
-    with pytest.raises(ValueError, match="single-layer"):
-        tl.ElmanRNN.from_torch(torch.nn.RNN(4, 6, num_layers=2))
-    with pytest.raises(ValueError, match="kind"):
-        torch_rnn("transformer", 4, 4)
-
-
-# -- classifier and gradients ----------------------------------------------------------------------
-
-def test_transformer_classifier_shapes_and_errors():
-    model = TransformerClassifier(11, 16, 8, num_heads=4, max_len=20)
-    assert model(torch.randint(0, 11, (3, 20))).shape == (3, 8)
-    with pytest.raises(ValueError, match=r"\(B, L\)"):
-        model(torch.randint(0, 11, (20,)))
-    with pytest.raises(ValueError, match="longer than the learned position table"):
-        model(torch.randint(0, 11, (1, 21)))
-
-
-@pytest.mark.parametrize("kind", ["tf", "rnn", "elman"])
-def test_input_gradient_norms_match_manual_autograd(kind):
-    tl.seed_everything(0)
-    V, C, L = 11, 8, 9
-    model = (TransformerClassifier(V, 16, C, max_len=L) if kind == "tf" else RNNClassifier(V, 16, C, kind=kind))
-    tokens, labels = recall_first_batch(4, L, V, C, generator=torch.Generator().manual_seed(1))
-    got = input_gradient_norms(model, tokens, labels)
-    assert all(p.grad is None for p in model.parameters())  # parameter gradients untouched
-    # by hand: embed, detach into a leaf, run the rest of the model on it
-    e = model.embed(tokens).detach().requires_grad_(True)
-    if kind == "tf":
-        x = model.pos(e)
-        for layer in model.blocks:
-            x = layer(x)
-        logits = model.head(model.norm(x[:, -1]))
-    else:
-        logits = model.head(model.rnn(e)[0][:, -1])
-    F.cross_entropy(logits, labels).backward()
-    torch.testing.assert_close(got, e.grad.norm(dim=-1).mean(0), atol=1e-6, rtol=1e-5)
-
-
-def test_rnn_gradient_vanishes_with_distance_attention_does_not():
-    tl.seed_everything(0)
-    V, C, L = 11, 8, 40
-    tokens, labels = recall_first_batch(32, L, V, C, generator=torch.Generator().manual_seed(1))
-    g_rnn = input_gradient_norms(RNNClassifier(V, 32, C, kind="rnn"), tokens, labels)
-    g_tf = input_gradient_norms(TransformerClassifier(V, 32, C, max_len=L), tokens, labels)
-    assert g_rnn[0] / g_rnn[-2] < 1e-6
-    assert 0.2 < g_tf[0] / g_tf[-2] < 5
-
-
-def test_input_gradient_norms_errors():
-    with pytest.raises(ValueError, match="embed"):
-        input_gradient_norms(torch.nn.Linear(3, 3), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    model = RNNClassifier(11, 8, 4, kind="rnn")
-    with pytest.raises(ValueError, match="labels"):
-        input_gradient_norms(model, torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long))

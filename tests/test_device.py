@@ -76,3 +76,12 @@ def test_cpu_threads_needs_a_positive_count(count):
         with cpu_threads(count):
             pass
     assert torch.get_num_threads() == before
+
+
+def test_cpu_threads_restores_the_setting_even_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with cpu_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before

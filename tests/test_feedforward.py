@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 import transformer_lib as tl
 
 ATOL = 1e-5
+SETTINGS = settings(max_examples=25, deadline=None)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
@@ -43,3 +44,19 @@ def test_activations_are_the_wide_layer_the_output_reads():
     h = ffn.activations(x)  # (3, 32): what chapter 6 plots
     assert h.shape == (3, 32) and (h >= 0).all()
     assert torch.allclose(ffn(x), ffn.linear2(h), atol=ATOL)
+
+
+# -- position-wise, shown on permuted and single positions (chapter 6) -----------------------------
+
+@SETTINGS
+@given(L=st.integers(1, 12), activation=st.sampled_from(["relu", "gelu", "swiglu"]), seed=st.integers(0, 2 ** 16))
+def test_feed_forward_is_position_wise(L, activation, seed):
+    torch.manual_seed(seed)
+    ffn = tl.FeedForward(8, 24, activation=activation).eval()
+    x = torch.randn(2, L, 8)
+    perm = torch.randperm(L)
+    with torch.no_grad():
+        out = ffn(x)
+        torch.testing.assert_close(ffn(x[:, perm]), out[:, perm], atol=1e-6, rtol=0)
+        alone = torch.stack([ffn(x[:, i]) for i in range(L)], dim=1)
+    torch.testing.assert_close(alone, out, atol=1e-6, rtol=0)

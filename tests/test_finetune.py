@@ -1,12 +1,9 @@
-"""transformer_lib.finetune and transformer_lib.data.classification (chapter 20): MiniLM as a classifier.
+"""transformer_lib.finetune (chapter 20): MiniLM as a classifier.
 
 The classifier is checked against the encoder and head computed by hand, freezing against the
-weights before and after a real optimizer step, the rank correlation against scipy, and the
-shipped data split against its stated properties (disjoint, stable, stratified).
+weights before and after a real optimizer step, the rank correlation against scipy (the shipped
+spam split's properties are tested in test_data.py).
 """
-import csv
-import hashlib
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from transformer_lib import finetune as ft
-from transformer_lib.data.classification import SPAM_PATH, load_spam
+from transformer_lib.data.classification import load_spam
 from transformer_lib.pretrained import load_minilm
 
 TEXTS = ["Cheap meds online, click now!!!", "Re: the meeting moved to Tuesday",
@@ -164,56 +161,6 @@ def test_similarity_agreement_is_one_for_the_same_encoder_and_lower_for_noise(lm
     whole = lm.encode(["a short one", "another short sentence"])
     ids2, mask2 = ft.tokenize(lm, ["a short one", "another short sentence"], 64)
     torch.testing.assert_close(ft.sentence_embeddings(lm.model, ids2, mask2), whole, atol=1e-5, rtol=1e-5)
-
-
-# -- the data set --------------------------------------------------------------------------------
-
-def test_the_split_is_disjoint_complete_and_stratified():
-    parts = {s: load_spam(s) for s in ("train", "validation", "test")}
-    assert {s: len(p) for s, p in parts.items()} == {"train": 3510, "validation": 1170, "test": 1170}
-    texts = [set(p.texts) for p in parts.values()]
-    assert not (texts[0] & texts[1]) and not (texts[0] & texts[2]) and not (texts[1] & texts[2])
-    with SPAM_PATH.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    assert len(rows) == sum(len(p) for p in parts.values())  # every row is in exactly one split
-    shares = [p.labels.float().mean().item() for p in parts.values()]
-    assert max(shares) - min(shares) < 0.01 and 0.2 < shares[0] < 0.4  # same share of spam everywhere
-    assert all(set(p.labels.tolist()) == {0, 1} for p in parts.values())
-
-
-# The stored file's fingerprint: chapter 20's numbers are on this split; a change must be deliberate.
-MESSAGES_SHA256 = "d14678e1a06c747f795b6f8215eacbe0511bd37c55dabe72b5b8711ef328db1e"
-
-
-def test_the_split_is_stable_across_loads_and_the_file_is_the_stored_one():
-    a, b = load_spam("test"), load_spam("test")
-    assert a.texts == b.texts and torch.equal(a.labels, b.labels)
-    assert hashlib.sha256(SPAM_PATH.read_bytes()).hexdigest() == MESSAGES_SHA256
-
-
-def _fake_package(root, n):
-    import json
-
-    for group in ("easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"):
-        (root / "data" / group).mkdir(parents=True)
-        for i in range(n):
-            raw = f"Subject: {group} message {i}\nFrom: a@b.c\n\nBody number {i} of {group}, <b>bold</b>.\n"
-            (root / "data" / group / f"{i:05d}.json").write_text(json.dumps({"text": raw}))
-
-
-def test_the_build_script_draws_the_same_stratified_split_every_time(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("spam_build", SPAM_PATH.with_name("build.py"))
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    _fake_package(tmp_path, 10)
-    first, second = build.build(tmp_path), build.build(tmp_path)
-    assert first == second and len(first) == 50
-    counts = {(s, y): sum(1 for r in first if r[:2] == (s, y)) for s in ("train", "validation", "test") for y in (0, 1)}
-    assert counts == {("train", 0): 18, ("validation", 0): 6, ("test", 0): 6,
-                      ("train", 1): 12, ("validation", 1): 4, ("test", 1): 4}
-    assert first[0][2].startswith(("easy", "hard", "spam")) and "Subject" not in first[0][2] and "<b>" in first[0][2]
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""Encoder and decoder layers: causality with a causal mask, the FFN switched off, bad input."""
+"""Encoder and decoder layers: causality with a causal mask, the FFN switched off, bad input, parity
+with torch.nn.TransformerEncoderLayer and TransformerDecoderLayer (float32, 1e-5)."""
 
 import pytest
 import torch
+import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
+from conftest import CONFIGS, DEVICES, lengths_and_masks, to_bf
 
 ATOL = 1e-5
 
@@ -48,3 +51,42 @@ def test_ffn_off_leaves_attention_residual_and_norm(norm_first):
 def test_bad_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- parity with torch.nn.TransformerEncoderLayer / DecoderLayer (float32, 1e-5) -------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first, norm_first, activation", CONFIGS)
+def test_encoder_layer_matches_torch(device, batch_first, norm_first, activation):
+    B, L, D, H, F = 2, 7, 32, 4, 64
+    ref = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation=activation, batch_first=batch_first,
+                                     norm_first=norm_first).to(device).eval()
+    ours = tl.EncoderLayer.from_torch(ref).eval()
+    x = torch.randn(B, L, D, device=device)
+    mask, attn_mask, kpm = lengths_and_masks(B, L, device, causal=True)
+    expected = ref(to_bf(x, batch_first), src_mask=attn_mask, src_key_padding_mask=kpm)
+    assert torch.allclose(ours(x, mask), to_bf(expected, batch_first), atol=ATOL)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first, norm_first, activation", CONFIGS)
+def test_decoder_layer_matches_torch(device, batch_first, norm_first, activation):
+    B, Lt, Ls, D, H, F = 2, 5, 6, 32, 4, 64
+    ref = nn.TransformerDecoderLayer(D, H, F, dropout=0.0, activation=activation, batch_first=batch_first,
+                                     norm_first=norm_first).to(device).eval()
+    ours = tl.DecoderLayer.from_torch(ref).eval()
+    tgt, mem = torch.randn(B, Lt, D, device=device), torch.randn(B, Ls, D, device=device)
+    self_mask, tgt_attn, tgt_kpm = lengths_and_masks(B, Lt, device, causal=True)
+    mem_lengths = torch.tensor([Ls, 3])
+    mem_mask = tl.padding_mask(mem_lengths, Ls, device=device)
+    mem_kpm = ~mem_mask[:, 0, 0, :]
+    expected = ref(to_bf(tgt, batch_first), to_bf(mem, batch_first), tgt_mask=tgt_attn,
+                   tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=mem_kpm)
+    out = ours(tgt, mem, self_mask=self_mask, memory_mask=mem_mask)
+    assert torch.allclose(out, to_bf(expected, batch_first), atol=ATOL)
+
+
+def test_encoder_layer_ffn_share_is_two_thirds():
+    layer = tl.EncoderLayer(512, 8, 2048)
+    share = tl.count_parameters(layer.ffn) / tl.count_parameters(layer)
+    assert share == pytest.approx(2 / 3, abs=1e-3)

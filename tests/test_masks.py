@@ -4,7 +4,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
+import transformer_lib as tl
 from transformer_lib import masks as M
+from transformer_lib.masks import prefix_lm_mask
 
 
 def brute(L_q, L_k, rule):
@@ -88,3 +90,35 @@ def test_torch_mha_conversions_round_trip():
 def test_bad_parameters_raise(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- prefix_lm_mask: a prefix seen in full, the rest causal (chapter 13) ---------------------------
+
+def _prefix_lm_loop(n_prefix, L):
+    """Dense reference written as the definition, entry by entry."""
+    m = torch.zeros(L, L, dtype=torch.bool)
+    for i in range(L):
+        for j in range(L):
+            m[i, j] = j < n_prefix or j <= i
+    return m
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 12), data=st.data())
+def test_prefix_lm_mask_matches_its_definition(L, data):
+    n_prefix = data.draw(st.integers(0, L))
+    mask = prefix_lm_mask(n_prefix, L)
+    assert mask.dtype == torch.bool and mask.shape == (L, L)
+    assert torch.equal(mask, _prefix_lm_loop(n_prefix, L))
+
+
+def test_prefix_lm_mask_ends_are_causal_and_full():
+    assert torch.equal(prefix_lm_mask(0, 6), tl.causal_mask(6))
+    assert prefix_lm_mask(6, 6).all()
+    assert prefix_lm_mask(1, 6).equal(tl.causal_mask(6))  # the first key is visible to all anyway
+
+
+@pytest.mark.parametrize("n_prefix, L", [(-1, 4), (5, 4), (1.5, 4), (True, 4), (1, 0)])
+def test_prefix_lm_mask_rejects_bad_sizes(n_prefix, L):
+    with pytest.raises(ValueError):
+        prefix_lm_mask(n_prefix, L)

@@ -1,10 +1,13 @@
-"""Encoder, decoder, Transformer, Seq2SeqTransformer and DecoderOnlyLM: causality, incremental decoding, stacks, bad input (the KV cache: test_kv_cache.py; generation: test_sampling.py)."""
+"""Encoder, decoder, Transformer, Seq2SeqTransformer and DecoderOnlyLM: causality, incremental decoding, stacks, bad input, parity with torch.nn.Transformer (the KV cache: test_kv_cache.py; generation: test_sampling.py)."""
 
 import pytest
 import torch
+import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
+from conftest import CONFIGS, DEVICES, to_bf
+from transformer_lib import tasks
 from transformer_lib.sampling import generate
 
 ATOL = 1e-5
@@ -94,3 +97,38 @@ def test_state_dict_keys_of_the_shipped_checkpoint_still_load():
     from transformer_lib.data import load_gpt_checkpoint
     model, _, _ = load_gpt_checkpoint()  # load_state_dict is strict: every key must match
     assert len(model.blocks) >= 1 and model.new_cache().num_layers == len(model.blocks)
+
+
+# -- Seq2SeqTransformer: one parallel pass equals prefix-by-prefix decoding (chapter 13) -----------
+
+def test_one_parallel_pass_equals_prefix_by_prefix_decoding():
+    torch.manual_seed(3)
+    model = tl.Seq2SeqTransformer(13, 13, d_model=32, num_heads=4, num_encoder_layers=1,
+                                  num_decoder_layers=2, d_ff=64).eval()
+    src, tgt = torch.randint(3, 13, (3, 7)), torch.randint(3, 13, (3, 6))
+    tgt_in = tasks.shift_right(tgt)
+    with torch.no_grad():
+        parallel = model(src, tgt_in)
+        memory = model.encode(src)
+        incremental = torch.stack([model.decode(tgt_in[:, :t + 1], memory)[:, -1] for t in range(6)], dim=1)
+    torch.testing.assert_close(parallel, incremental, atol=1e-5, rtol=1e-5)
+
+
+# -- parity with torch.nn.Transformer (float32, 1e-5) ----------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first, norm_first, activation", CONFIGS)
+def test_transformer_matches_torch(device, batch_first, norm_first, activation):
+    B, Ls, Lt, D, H, F = 2, 6, 5, 32, 4, 64
+    ref = nn.Transformer(D, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=F, dropout=0.0,
+                         activation=activation, batch_first=batch_first, norm_first=norm_first).to(device).eval()
+    ours = tl.Transformer.from_torch(ref).eval()
+    src, tgt = torch.randn(B, Ls, D, device=device), torch.randn(B, Lt, D, device=device)
+    src_mask = tl.padding_mask([Ls, 4], Ls, device=device)
+    src_kpm = ~src_mask[:, 0, 0, :]
+    causal = tl.causal_mask(Lt, device=device)
+    expected = ref(to_bf(src, batch_first), to_bf(tgt, batch_first), tgt_mask=tl.to_torch_mha_mask(causal),
+                   src_key_padding_mask=src_kpm, memory_key_padding_mask=src_kpm)
+    out = ours(src, tgt, src_mask=src_mask, tgt_mask=causal, memory_mask=src_mask)
+    assert torch.allclose(out, to_bf(expected, batch_first), atol=ATOL)
+    assert tl.count_parameters(ours) == sum(p.numel() for p in ref.parameters())

@@ -1,5 +1,5 @@
-"""Multi-head attention's module-level properties and bad input (parity with
-torch.nn.MultiheadAttention: test_parity.py), and its grouped-query form (chapter 17) with rotary
+"""Multi-head attention's module-level properties, bad input and parity with
+torch.nn.MultiheadAttention (self and cross attention), and its grouped-query form (chapter 17) with rotary
 styles, on small random modules (the real model is in test_smollm2.py; the cache in
 test_kv_cache.py, decoding in test_sampling.py).
 
@@ -7,14 +7,17 @@ Tolerances: float32 attention over <= 24 keys, values O(1): the readable and fus
 different orders, each output is a convex combination of values, so their difference is a few
 ulp of the largest value (~1e-6); 1e-5 leaves room for the projections' matmuls.
 """
+import itertools
 import math
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import transformer_lib as tl
+from conftest import DEVICES, lengths_and_masks, to_bf
 from transformer_lib.kv_cache import KVCache, cache_bytes_per_token
 from transformer_lib.multihead import MultiHeadAttention, repeat_kv
 from transformer_lib.positional import RotaryEmbedding, apply_rotary
@@ -197,3 +200,37 @@ def test_a_bad_mask_is_rejected_before_the_cache_changes():
     assert cache.lengths == [3]
     with pytest.raises(ValueError, match="floating"):
         gqa(torch.zeros(1, 3, 16, dtype=torch.long))
+
+
+# -- parity with torch.nn.MultiheadAttention (float32, 1e-5) ---------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first, bias, causal", list(itertools.product([True, False], [True, False], [True, False])))
+def test_multihead_attention_matches_torch(device, batch_first, bias, causal):
+    B, L, D, H = 3, 6, 32, 4
+    ref = nn.MultiheadAttention(D, H, bias=bias, batch_first=batch_first).to(device).eval()
+    ours = tl.MultiHeadAttention.from_torch(ref).eval()
+    x = torch.randn(B, L, D, device=device)
+    mask, attn_mask, kpm = lengths_and_masks(B, L, device, causal)
+    xt = to_bf(x, batch_first)
+    exp_out, exp_w = ref(xt, xt, xt, attn_mask=attn_mask, key_padding_mask=kpm, need_weights=True,
+                         average_attn_weights=False)
+    out, w = ours(x, mask=mask, need_weights=True)
+    assert torch.allclose(out, to_bf(exp_out, batch_first), atol=ATOL)
+    assert torch.allclose(w, exp_w, atol=ATOL)  # per-head weights (B, H, L, L)
+    fast, none = ours(x, mask=mask)
+    assert none is None and torch.allclose(fast, out, atol=ATOL)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cross_attention_matches_torch(device):
+    B, Lq, Lk, D, H = 2, 3, 7, 16, 2
+    ref = nn.MultiheadAttention(D, H, batch_first=True).to(device).eval()
+    ours = tl.MultiHeadAttention.from_torch(ref)
+    q, mem = torch.randn(B, Lq, D, device=device), torch.randn(B, Lk, D, device=device)
+    kpm = torch.zeros(B, Lk, dtype=torch.bool, device=device)
+    kpm[1, 5:] = True
+    exp, exp_w = ref(q, mem, mem, key_padding_mask=kpm, average_attn_weights=False)
+    out, w = ours(q, mem, mem, mask=tl.key_padding_to_mask(kpm), need_weights=True)
+    assert w.shape == (B, H, Lq, Lk)
+    assert torch.allclose(out, exp, atol=ATOL) and torch.allclose(w, exp_w, atol=ATOL)

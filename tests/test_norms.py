@@ -1,10 +1,13 @@
-"""LayerNorm from scratch, RMSNorm and BatchNorm over tokens: definitions and bad input."""
+"""LayerNorm from scratch, RMSNorm and BatchNorm over tokens: definitions, bad input, parity with
+torch.nn.LayerNorm and torch.nn.RMSNorm."""
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import transformer_lib as tl
+from conftest import DEVICES
 
 ATOL = 1e-5
 
@@ -30,3 +33,18 @@ def test_layer_norm_is_batch_independent_batchnorm_is_not():
 def test_bad_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- parity with torch.nn.LayerNorm and torch.nn.RMSNorm (float32, 1e-5) ---------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_and_rms_norm_match_torch(device):
+    x = torch.randn(4, 5, 16, device=device) * 3 + 1
+    ref = nn.LayerNorm(16).to(device)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    assert torch.allclose(tl.LayerNorm.from_torch(ref)(x), ref(x), atol=ATOL)
+    rms_ref = nn.RMSNorm(16, eps=1e-6).to(device)
+    ours = tl.RMSNorm(16, eps=1e-6).to(device)
+    assert torch.allclose(ours(x), rms_ref(x), atol=ATOL)

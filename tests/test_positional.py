@@ -1,18 +1,16 @@
-"""Positional encodings (sinusoidal, learned, RoPE, ALiBi): the facts chapters 5 and 6 print (shift
-matrices, offset-only RoPE scores, the FFN's permutation equivariance), their exercise checkers,
-the library modules' definitions and their bad input (non-positive bases, fractional positions).
+"""Positional encodings (sinusoidal, learned, RoPE, ALiBi): the facts chapter 5 prints (shift
+matrices, offset-only RoPE scores), the library modules' definitions and their bad input
+(non-positive bases, fractional positions). Chapter 6's FFN facts are in test_feedforward.py and
+test_layers.py, the chapters' checkers in test_exercises_ch05_ch06.py.
 """
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
-from exercise_answers import wrong_answers
-from transformer_lib.exercises import get, list_exercises
 
 SETTINGS = settings(max_examples=25, deadline=None)
 ATOL = 1e-5
@@ -79,75 +77,7 @@ def test_learned_positions_refuse_longer_inputs():
         learned(torch.zeros(1, 4, 4), offset=5)
 
 
-@SETTINGS
-@given(L=st.integers(1, 12), activation=st.sampled_from(["relu", "gelu", "swiglu"]), seed=st.integers(0, 2 ** 16))
-def test_feed_forward_is_position_wise(L, activation, seed):
-    torch.manual_seed(seed)
-    ffn = tl.FeedForward(8, 24, activation=activation).eval()
-    x = torch.randn(2, L, 8)
-    perm = torch.randperm(L)
-    with torch.no_grad():
-        out = ffn(x)
-        torch.testing.assert_close(ffn(x[:, perm]), out[:, perm], atol=1e-6, rtol=0)
-        alone = torch.stack([ffn(x[:, i]) for i in range(L)], dim=1)
-    torch.testing.assert_close(alone, out, atol=1e-6, rtol=0)
-
-
-def test_encoder_layer_ffn_share_is_two_thirds():
-    layer = tl.EncoderLayer(512, 8, 2048)
-    share = tl.count_parameters(layer.ffn) / tl.count_parameters(layer)
-    assert share == pytest.approx(2 / 3, abs=1e-3)
-
-
-# -- exercise checkers -------------------------------------------------------------------------
-
-def _alibi(num_heads, L):
-    distance = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).abs().float()
-    return -(tl.alibi_slopes(num_heads)[:, None, None] * distance)[None]
-
-
-def _rope(x, positions):
-    d = x.shape[-1]
-    theta = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-    angle = positions.float()[:, None] * theta
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], dim=-1).flatten(-2)
-
-
-SOLUTIONS = {
-    "positional.decode_position": lambda v, m: torch.cdist(v.float(), tl.sinusoidal_encoding(m, v.shape[-1])).argmin(-1),
-    "positional.rope": _rope,
-    "positional.rope_score": lambda q, k, o: q @ tl.apply_rotary(k[None], torch.tensor([o]))[0],
-    "positional.alibi_bias": _alibi,
-    "ffn.gelu": lambda z: z * 0.5 * (1 + torch.erf(z / math.sqrt(2))),
-    "ffn.swiglu": lambda x, W1, W3, W2: (F.silu(x @ W1) * (x @ W3)) @ W2,
-    "ffn.parameter_share": lambda d, f: (2 * d * f + f + d) / (2 * d * f + f + d + 4 * (d * d + d) + 4 * d),
-    "ffn.swiglu_width": lambda d: round(8 * d / 3),
-}
-
-
-def test_every_chapter_exercise_has_a_solution_here():
-    assert set(list_exercises("positional.")) | set(list_exercises("ffn.")) == set(SOLUTIONS)
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_checker_accepts_a_correct_answer(name):
-    result = get(name).run(SOLUTIONS[name])
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
-def test_checker_rejects_wrong_answers_and_stubs(name):
-    exercise = get(name)
-    wrong = wrong_answers(name)
-    assert len(wrong) >= 2
-    for answer in wrong:
-        assert not exercise.run(answer).passed
-    assert not exercise.run(...).passed
-    assert not exercise.run(lambda *args: None).passed
-
-
-# -- the library's positional modules (moved from test_blocks.py) -----------------------------------
+# -- the library's positional modules -------------------------------------------------------------
 
 def test_sinusoidal_matches_formula():
     pe = tl.sinusoidal_encoding(50, 16)

@@ -1,18 +1,25 @@
 """probes.record_attention on every model family of the library: the same records (weights
 (B, H, L_q, L_k), rows summing to one where a key is visible), the same outputs as an unrecorded
 run (to float rounding with weights=True, which switches to the readable path; exactly with
-weights=False), and hooks removed afterwards.
+weights=False), and hooks removed afterwards; the hook points of both decoders; mask_kind, which
+names a mask's pattern, and dependency_map against a loop of backward passes (chapter 13).
 
 Tolerance 1e-5: the readable path and SDPA sum the same float32 products in another order; the
 models are small (width <= 32, <= 3 blocks, O(1) activations).
 """
 import pytest
 import torch
+import torch.nn.functional as F
 
 import transformer_lib as tl
+from transformer_lib import tasks
+from transformer_lib.masks import prefix_lm_mask
 from transformer_lib.pretrained import BertEncoder, MiniLMConfig
 from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
-from transformer_lib.probes import record_attention
+from transformer_lib.probes import dependency_map, head_scores, input_gradient_norms, mask_kind, record_attention
+from transformer_lib.rnn import RNNClassifier
+from transformer_lib.tasks import LOOKUP_TASKS as TASKS
+from transformer_lib.tasks import answer_keys, recall_first_batch, three_lookups_batch
 from transformer_lib.toy_models import LookupModel, TokenClassifier, TransformerClassifier
 
 ATOL = 1e-5
@@ -375,3 +382,159 @@ def test_every_block_family_has_the_same_hook_points():
         for i in range(len(model.blocks)):
             assert seen[i, "hook_z"].shape[2] == 4 and seen[i, "hook_pattern"].shape[1] == 4, name
             assert seen[i, "hook_attn_out"].shape == seen[i, "hook_resid_post"].shape, name
+
+
+# -- mask_kind, record_attention's three calls of an encoder-decoder (chapter 13) ------------------
+
+def test_mask_kind_names_each_pattern():
+    L = 6
+    assert mask_kind(None) == "full"
+    assert mask_kind(torch.ones(3, 5, dtype=torch.bool)) == "full"
+    assert mask_kind(tl.causal_mask(L)) == "causal"
+    assert mask_kind(tl.causal_mask(3, 5)) == "causal"  # aligned to the end, as with a KV cache
+    pad = tl.padding_mask([4], L)[0, 0].expand(L, L)  # (L, L): keys 4, 5 are padding
+    assert mask_kind(pad) == "padding"
+    assert mask_kind(pad & tl.causal_mask(L)) == "causal + padding"
+    assert mask_kind(prefix_lm_mask(3, L)) == "prefix LM (3)"
+    assert mask_kind(tl.sliding_window_mask(L, 3)) == "custom"
+    with pytest.raises(ValueError, match="2-D boolean"):
+        mask_kind(torch.ones(2, L, L, dtype=torch.bool))
+    with pytest.raises(ValueError, match="2-D boolean"):
+        mask_kind(torch.ones(L, L))
+
+
+def test_record_attention_sees_the_three_calls_of_an_encoder_decoder():
+    model = tl.Seq2SeqTransformer(13, 13, d_model=16, num_heads=2, num_encoder_layers=2,
+                                  num_decoder_layers=1, d_ff=32).eval()
+    src, tgt = torch.randint(3, 13, (2, 7)), torch.randint(3, 13, (2, 4))
+    with record_attention(model) as calls, torch.no_grad():
+        model(src, tasks.shift_right(tgt), src_lengths=[7, 5])
+    summary = [(c.name, c.kind, c.mask_kind, c.shapes) for c in calls]
+    assert summary == [
+        ("transformer.encoder.blocks.0.self_attn", "self", "padding", "7 x 7"),
+        ("transformer.encoder.blocks.1.self_attn", "self", "padding", "7 x 7"),
+        ("transformer.decoder.blocks.0.self_attn", "self", "causal", "4 x 4"),
+        ("transformer.decoder.blocks.0.cross_attn", "cross", "padding", "4 x 7"),
+    ]
+    cross = calls[-1]
+    assert cross.masks.shape == (2, 4, 7) and cross.mask_given
+    assert cross.mask.all() and not cross.masks[1, :, 5:].any()  # sequence 1 has 2 pads
+    assert cross.query.shape == (2, 4, 16) and cross.key.shape == (2, 7, 16)
+    with torch.no_grad():
+        memory = model.encode(src, [7, 5])
+    assert torch.equal(cross.key, memory) and torch.equal(cross.value, memory)
+    assert calls[0].mask_given and calls[2].mask_given  # padding in the encoder, causal in the decoder
+
+
+def test_record_attention_weights_are_the_modules_own_and_the_fast_path_agrees():
+    torch.manual_seed(0)
+    layer = tl.DecoderLayer(16, 4, 32).eval()
+    x, memory, causal = torch.randn(2, 5, 16), torch.randn(2, 7, 16), tl.causal_mask(5)
+    with torch.no_grad():
+        fast = layer(x, memory, causal)
+        with record_attention(layer) as calls:
+            assert torch.equal(layer(x, memory, causal), fast)  # recording without weights changes nothing
+        assert [c.weights for c in calls] == [None, None]
+        with record_attention(layer, weights=True) as calls:
+            readable = layer(x, memory, causal)
+        self_call, cross_call = calls
+        _, expected = layer.cross_attn(cross_call.query, memory, memory, need_weights=True)
+    assert torch.equal(cross_call.weights, expected) and cross_call.weights.shape == (2, 4, 5, 7)
+    assert self_call.weights.shape == (2, 4, 5, 5) and not self_call.weights.triu(1).any()  # causal
+    assert torch.allclose(readable, fast, atol=1e-5)  # readable and fused paths agree (float32 rounding)
+
+
+def test_record_attention_removes_its_hooks_and_checks_its_input():
+    model = tl.DecoderOnlyLM(11, d_model=16, num_heads=2, num_layers=1)
+    with record_attention(model) as calls:
+        model(torch.randint(0, 11, (1, 5)))
+    assert [c.mask_kind for c in calls] == ["causal"]
+    model(torch.randint(0, 11, (1, 5)))
+    assert len(calls) == 1, "hooks must be removed when the block ends"
+    with pytest.raises(ValueError, match="no attention module"):
+        with record_attention(torch.nn.Linear(2, 2)):
+            pass
+    with pytest.raises(TypeError, match="nn.Module"):
+        with record_attention("model"):
+            pass
+
+
+# -- dependency_map (chapter 13) -------------------------------------------------------------------
+
+def test_dependency_map_equals_a_loop_of_backward_passes_and_is_zero_exactly_where_masked():
+    torch.manual_seed(2)
+    block = tl.EncoderLayer(16, 2, 32).eval()
+    x = torch.randn(6, 16)
+    fn = lambda z: block(z[None], tl.causal_mask(6))[0]  # (6, 16)
+    dep = dependency_map(fn, x)
+    reference = torch.zeros(6, 6)
+    for t in range(6):
+        for f in range(16):
+            z = x.clone().requires_grad_(True)
+            fn(z)[t, f].backward()
+            reference[t] = torch.maximum(reference[t], z.grad.abs().amax(dim=1))
+    torch.testing.assert_close(dep, reference, atol=1e-6, rtol=1e-5)
+    assert torch.equal(dep > 0, tl.causal_mask(6))
+
+
+def test_dependency_map_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="one sequence"):
+        dependency_map(lambda z: z, torch.randn(2, 3, 4))
+    with pytest.raises(ValueError, match="L_out, D_out"):
+        dependency_map(lambda z: z.sum(), torch.randn(3, 4))
+
+
+# -- input_gradient_norms: the gradient reaching each input position (chapter 9) -------------------
+
+@pytest.mark.parametrize("kind", ["tf", "rnn", "elman"])
+def test_input_gradient_norms_match_manual_autograd(kind):
+    tl.seed_everything(0)
+    V, C, L = 11, 8, 9
+    model = (TransformerClassifier(V, 16, C, max_len=L) if kind == "tf" else RNNClassifier(V, 16, C, kind=kind))
+    tokens, labels = recall_first_batch(4, L, V, C, generator=torch.Generator().manual_seed(1))
+    got = input_gradient_norms(model, tokens, labels)
+    assert all(p.grad is None for p in model.parameters())  # parameter gradients untouched
+    # by hand: embed, detach into a leaf, run the rest of the model on it
+    e = model.embed(tokens).detach().requires_grad_(True)
+    if kind == "tf":
+        x = model.pos(e)
+        for layer in model.blocks:
+            x = layer(x)
+        logits = model.head(model.norm(x[:, -1]))
+    else:
+        logits = model.head(model.rnn(e)[0][:, -1])
+    F.cross_entropy(logits, labels).backward()
+    torch.testing.assert_close(got, e.grad.norm(dim=-1).mean(0), atol=1e-6, rtol=1e-5)
+
+
+def test_rnn_gradient_vanishes_with_distance_attention_does_not():
+    tl.seed_everything(0)
+    V, C, L = 11, 8, 40
+    tokens, labels = recall_first_batch(32, L, V, C, generator=torch.Generator().manual_seed(1))
+    g_rnn = input_gradient_norms(RNNClassifier(V, 32, C, kind="rnn"), tokens, labels)
+    g_tf = input_gradient_norms(TransformerClassifier(V, 32, C, max_len=L), tokens, labels)
+    assert g_rnn[0] / g_rnn[-2] < 1e-6
+    assert 0.2 < g_tf[0] / g_tf[-2] < 5
+
+
+def test_input_gradient_norms_errors():
+    with pytest.raises(ValueError, match="embed"):
+        input_gradient_norms(torch.nn.Linear(3, 3), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    model = RNNClassifier(11, 8, 4, kind="rnn")
+    with pytest.raises(ValueError, match="labels"):
+        input_gradient_norms(model, torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+
+
+# -- head_scores (chapter 3) -----------------------------------------------------------------------
+
+def test_head_scores_are_one_for_perfect_heads_and_uniform_heads_score_lower():
+    tokens, _ = three_lookups_batch(8, 10, 5, torch.Generator().manual_seed(0))
+    keys = answer_keys(tokens)
+    perfect = torch.stack([keys[t].float() / keys[t].float().sum(-1, keepdim=True).clamp_min(1) for t in TASKS],
+                          dim=1)  # (B, 3, L, L): head h attends evenly to task h's answer keys
+    scores = head_scores(perfect, tokens)
+    for h, task in enumerate(TASKS):
+        assert scores[task][h].item() == pytest.approx(1.0, abs=1e-6)
+    uniform = torch.tril(torch.ones(10, 10))
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(8, 1, 10, 10)
+    assert head_scores(uniform, tokens)["previous"].item() < 0.5

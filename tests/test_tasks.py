@@ -6,7 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from transformer_lib import tasks
-from transformer_lib.tasks import BOS, EOS, FIRST_TOKEN
+from transformer_lib.tasks import LOOKUP_TASKS as TASKS
+from transformer_lib.tasks import (BOS, EOS, FIRST_TOKEN, answer_keys, prompt_batch, running_sum_batch,
+                                   three_lookups_batch)
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -102,3 +104,83 @@ def test_three_lookups_targets_and_answer_keys_by_brute_force():
         tasks.three_lookups_batch(2, 1, 5)
     with pytest.raises(ValueError, match="vocab_size"):
         tasks.three_lookups_batch(2, 4, 1)
+
+
+# -- running_sum_batch and prompt_batch against loops (chapter 13) ---------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(1, 9), base=st.integers(2, 12), seed=st.integers(0, 1000))
+def test_running_sum_batch_matches_a_loop(B, L, base, seed):
+    src, tgt = running_sum_batch(B, L, torch.Generator().manual_seed(seed), base=base)
+    assert src.shape == tgt.shape == (B, L)
+    digits = src - tasks.FIRST_TOKEN
+    assert digits.min() >= 0 and digits.max() < base
+    for b in range(B):
+        total = 0
+        for t in range(L):
+            total = (total + digits[b, t].item()) % base
+            assert tgt[b, t].item() == total + tasks.FIRST_TOKEN
+
+
+def test_running_sum_and_prompt_batch_reject_bad_input():
+    for args in ((0, 4), (2, 0)):
+        with pytest.raises(ValueError):
+            running_sum_batch(*args)
+    with pytest.raises(ValueError, match="base"):
+        running_sum_batch(2, 3, base=1)
+    src, tgt = torch.randint(3, 9, (2, 4)), torch.randint(3, 9, (2, 3))
+    seq = prompt_batch(src, tgt)
+    assert seq.shape == (2, 8) and torch.equal(seq[:, :4], src) and torch.equal(seq[:, 5:], tgt)
+    assert (seq[:, 4] == tasks.EOS).all()
+    with pytest.raises(ValueError, match="same B"):
+        prompt_batch(src, tgt[:1])
+
+
+# -- three_lookups_batch and answer_keys against brute force (chapter 3) ---------------------------
+
+def _brute_force_targets(tokens, vocab_size):
+    B, L = tokens.shape
+    prev = torch.empty(B, L, dtype=torch.long)
+    first = torch.empty(B, L, dtype=torch.long)
+    biggest = torch.empty(B, L, dtype=torch.long)
+    for b in range(B):
+        for t in range(L):
+            prev[b, t] = tokens[b, t - 1] if t > 0 else vocab_size
+            first[b, t] = tokens[b, 0]
+            biggest[b, t] = max(tokens[b, : t + 1].tolist())
+    return {"previous": prev, "first": first, "max": biggest}
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 4), L=st.integers(2, 9), V=st.integers(2, 7), seed=st.integers(0, 1000))
+def test_targets_match_brute_force(B, L, V, seed):
+    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
+    assert tokens.shape == (B, L) and tokens.min() >= 0 and tokens.max() < V
+    expected = _brute_force_targets(tokens, V)
+    for task in TASKS:
+        assert torch.equal(targets[task], expected[task]), task
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 3), L=st.integers(2, 8), V=st.integers(2, 6), seed=st.integers(0, 1000))
+def test_answer_keys_hold_the_answers(B, L, V, seed):
+    """Every marked key holds the target token, and every query t >= 1 has at least one such key."""
+    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
+    keys = answer_keys(tokens)
+    for task in TASKS:
+        k = keys[task]
+        assert k.shape == (B, L, L) and k.dtype == torch.bool
+        assert not k.triu(1).any(), "an answer key lies in the future"
+        assert k[:, 1:].any(-1).all()
+        b, i, j = k.nonzero(as_tuple=True)
+        assert torch.equal(tokens[b, j], targets[task][b, i])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=0, length=4, vocab_size=5), "batch_size"),
+    (dict(batch_size=2, length=1, vocab_size=5), "length"),
+    (dict(batch_size=2, length=4, vocab_size=1), "vocab_size"),
+])
+def test_batch_rejects_bad_sizes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        three_lookups_batch(**kwargs)

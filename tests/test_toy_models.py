@@ -1,66 +1,19 @@
-"""Tests for transformer_lib.toy_models (the three-lookups model of chapter 3), its task in
-transformer_lib.tasks and its head scores in transformer_lib.probes."""
+"""Tests for transformer_lib.toy_models: the three-lookups model of chapter 3 (its task is tested in
+test_tasks.py, its head scores in test_probes.py), chapter 9's TransformerClassifier and chapter
+13's TokenClassifier against a dense reference, causal and bidirectional."""
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.device import cpu_threads
+import transformer_lib as tl
 from transformer_lib.probes import head_scores, record_attention
 from transformer_lib.tasks import LOOKUP_TASKS as TASKS
-from transformer_lib.tasks import answer_keys, three_lookups_batch
-from transformer_lib.toy_models import LookupModel, lookup_accuracy, lookup_loss, train_lookup_model
-
-
-def _brute_force_targets(tokens, vocab_size):
-    B, L = tokens.shape
-    prev = torch.empty(B, L, dtype=torch.long)
-    first = torch.empty(B, L, dtype=torch.long)
-    biggest = torch.empty(B, L, dtype=torch.long)
-    for b in range(B):
-        for t in range(L):
-            prev[b, t] = tokens[b, t - 1] if t > 0 else vocab_size
-            first[b, t] = tokens[b, 0]
-            biggest[b, t] = max(tokens[b, : t + 1].tolist())
-    return {"previous": prev, "first": first, "max": biggest}
-
-
-@settings(max_examples=30, deadline=None)
-@given(B=st.integers(1, 4), L=st.integers(2, 9), V=st.integers(2, 7), seed=st.integers(0, 1000))
-def test_targets_match_brute_force(B, L, V, seed):
-    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
-    assert tokens.shape == (B, L) and tokens.min() >= 0 and tokens.max() < V
-    expected = _brute_force_targets(tokens, V)
-    for task in TASKS:
-        assert torch.equal(targets[task], expected[task]), task
-
-
-@settings(max_examples=30, deadline=None)
-@given(B=st.integers(1, 3), L=st.integers(2, 8), V=st.integers(2, 6), seed=st.integers(0, 1000))
-def test_answer_keys_hold_the_answers(B, L, V, seed):
-    """Every marked key holds the target token, and every query t >= 1 has at least one such key."""
-    tokens, targets = three_lookups_batch(B, L, V, torch.Generator().manual_seed(seed))
-    keys = answer_keys(tokens)
-    for task in TASKS:
-        k = keys[task]
-        assert k.shape == (B, L, L) and k.dtype == torch.bool
-        assert not k.triu(1).any(), "an answer key lies in the future"
-        assert k[:, 1:].any(-1).all()
-        b, i, j = k.nonzero(as_tuple=True)
-        assert torch.equal(tokens[b, j], targets[task][b, i])
-
-
-def test_head_scores_are_one_for_perfect_heads_and_uniform_heads_score_lower():
-    tokens, _ = three_lookups_batch(8, 10, 5, torch.Generator().manual_seed(0))
-    keys = answer_keys(tokens)
-    perfect = torch.stack([keys[t].float() / keys[t].float().sum(-1, keepdim=True).clamp_min(1) for t in TASKS],
-                          dim=1)  # (B, 3, L, L): head h attends evenly to task h's answer keys
-    scores = head_scores(perfect, tokens)
-    for h, task in enumerate(TASKS):
-        assert scores[task][h].item() == pytest.approx(1.0, abs=1e-6)
-    uniform = torch.tril(torch.ones(10, 10))
-    uniform = (uniform / uniform.sum(-1, keepdim=True)).expand(8, 1, 10, 10)
-    assert head_scores(uniform, tokens)["previous"].item() < 0.5
+from transformer_lib.tasks import three_lookups_batch
+from transformer_lib.toy_models import (LookupModel, TokenClassifier, TransformerClassifier, lookup_accuracy,
+                                        lookup_loss, train_lookup_model)
 
 
 def test_model_shapes_loss_and_weights():
@@ -115,16 +68,6 @@ def test_training_is_deterministic():
     assert a == b
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(batch_size=0, length=4, vocab_size=5), "batch_size"),
-    (dict(batch_size=2, length=1, vocab_size=5), "length"),
-    (dict(batch_size=2, length=4, vocab_size=1), "vocab_size"),
-])
-def test_batch_rejects_bad_sizes(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        three_lookups_batch(**kwargs)
-
-
 def test_bad_inputs_raise_value_errors():
     with pytest.raises(ValueError, match="divisible"):
         LookupModel(d_model=30, num_heads=4)
@@ -141,10 +84,73 @@ def test_bad_inputs_raise_value_errors():
         head_scores(torch.zeros(2, 1, 3, 3), torch.zeros(2, 4, dtype=torch.long))
 
 
-def test_cpu_threads_restores_the_setting_even_after_an_error():
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError):
-        with cpu_threads(1):
-            assert torch.get_num_threads() == 1
-            raise RuntimeError("boom")
-    assert torch.get_num_threads() == before
+# -- TokenClassifier: a label per token, causal or bidirectional (chapter 13) ----------------------
+
+def _dense_reference(model, tokens):
+    """The classifier written out from its parts, with the mask passed to every layer by hand."""
+    L = tokens.shape[1]
+    mask = tl.causal_mask(L) if model.causal else None
+    x = model.embed(tokens) + model.pos.embedding.weight[:L]  # (B, L, D)
+    for layer in model.blocks:
+        x = x + layer.self_attn(layer.norm1(x), mask=mask)[0]  # Pre-LN: x + Sublayer(LN(x))
+        x = x + layer.ffn(layer.norm2(x))
+    return model.head(model.norm(x))  # (B, L, C)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_token_classifier_equals_a_dense_reference(causal):
+    torch.manual_seed(1)
+    model = TokenClassifier(17, num_classes=5, d_model=24, num_heads=3, num_layers=2, causal=causal).eval()
+    tokens = torch.randint(0, 17, (3, 9))
+    with torch.no_grad():
+        got, expected = model(tokens), _dense_reference(model, tokens)
+    assert got.shape == (3, 9, 5)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@functools.lru_cache(maxsize=1)
+def _causal_and_full_pair():
+    """Two classifiers with the same parameters; only the mask differs."""
+    torch.manual_seed(4)
+    causal = TokenClassifier(9, d_model=16, num_heads=2, num_layers=2, causal=True).eval()
+    full = TokenClassifier(9, d_model=16, num_heads=2, num_layers=2, causal=False).eval()
+    full.load_state_dict(causal.state_dict())
+    return causal, full
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(2, 10), t=st.integers(0, 8), seed=st.integers(0, 10_000))
+def test_causal_classifier_never_reads_the_future_and_bidirectional_does(L, t, seed):
+    t = min(t, L - 2)
+    causal, full = _causal_and_full_pair()
+    tokens = torch.randint(0, 9, (2, L), generator=torch.Generator().manual_seed(seed))
+    changed = tokens.clone()
+    changed[:, t + 1:] = (tokens[:, t + 1:] + 1) % 9  # every token after t is different
+    with torch.no_grad():
+        assert torch.equal(causal(tokens)[:, :t + 1], causal(changed)[:, :t + 1])  # bit for bit
+        assert not torch.allclose(full(tokens)[:, :t + 1], full(changed)[:, :t + 1])
+
+
+def test_token_classifier_rejects_bad_input():
+    with pytest.raises(ValueError, match="vocab_size"):
+        TokenClassifier(0)
+    with pytest.raises(ValueError, match="num_classes"):
+        TokenClassifier(5, num_classes=0)
+    with pytest.raises(ValueError, match="divisible"):
+        TokenClassifier(5, d_model=10, num_heads=4)
+    model = TokenClassifier(5, max_len=4)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len=4"):
+        model(torch.zeros(1, 5, dtype=torch.long))
+
+
+# -- TransformerClassifier (chapter 9) -------------------------------------------------------------
+
+def test_transformer_classifier_shapes_and_errors():
+    model = TransformerClassifier(11, 16, 8, num_heads=4, max_len=20)
+    assert model(torch.randint(0, 11, (3, 20))).shape == (3, 8)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        model(torch.randint(0, 11, (20,)))
+    with pytest.raises(ValueError, match="longer than the learned position table"):
+        model(torch.randint(0, 11, (1, 21)))

@@ -138,6 +138,10 @@ def _grpo_positive(logp, old, ref, adv, mask, eps, beta):
     return -grpo_reference(logp, old, ref, adv, mask, eps, beta)
 
 
+def _grpo_nan_from_padding(logp, old, ref, adv, mask, eps, beta):  # -inf log-probs where masked: 0 * nan is nan
+    return grpo_reference(logp.masked_fill(~mask, float("-inf")), old, ref, adv, mask, eps, beta)
+
+
 ANSWERS = {
     "reasoning.group_advantages": {
         "solution": lambda: advantages_reference,
@@ -154,6 +158,6 @@ ANSWERS = {
         "solution": lambda: grpo_reference,
         "alternatives": lambda: [_grpo_loop],
         "wrong": lambda: [_grpo_token_mean, _grpo_no_min, _grpo_kl_plus, _grpo_kl_wrong_direction,
-                          _grpo_ignores_mask, _grpo_positive],
+                          _grpo_ignores_mask, _grpo_positive, _grpo_nan_from_padding],
     },
 }

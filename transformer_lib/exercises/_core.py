@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 __all__ = ["REGISTRY", "Exercise", "NotYet", "Result", "check", "exercise", "get", "list_exercises",
-           "compare_function", "compare_arrays", "compare_value", "expected_values", "module_with", "preserved_rng",
-           "require_function", "seed_cpu", "to_numpy", "to_number", "to_int"]
+           "compare_function", "compare_arrays", "compare_number_cases", "compare_value", "expected_values",
+           "module_with", "preserved_rng", "require_function", "seed_cpu", "to_numpy", "to_number", "to_int"]
 
 
 class NotYet(Exception):
@@ -295,10 +295,34 @@ def compare_function(answer: Callable, reference: Callable | Sequence, inputs: I
     return f"matches the library on all {n} test inputs."
 
 
+def compare_number_cases(answer: Callable, cases: Sequence[tuple | dict], reference: Callable, *,
+                         what: str, wrong: Callable[..., str], summary: str, rtol: float = 0.0,
+                         atol: float = 0.0) -> str:
+    """Call ``answer`` on every case and compare the one number it returns with ``reference`` on the
+    same case; raise NotYet on the first that differs; else return "right on all N " + ``summary``
+    (``summary``: what the N cases are, e.g. "batches, ties included.").
+
+    A case is a tuple of positional arguments or a dict of keyword arguments; the answer gets copies
+    (:func:`_copies`). ``what`` names the answer in :func:`to_number`'s messages ("your loss").
+    The numbers agree when ``np.isclose(got, want, rtol=rtol, atol=atol)`` (the defaults: equal
+    exactly); NaN and inf never agree with a finite reference. ``wrong(n, got, want, *case)`` (or
+    ``**case``) writes the NotYet message of case ``n`` (from 1): what the case is and whether the
+    answer is too high or too low, never the expected value unless the exercise means to show it."""
+    require_function(answer)
+    for n, case in enumerate(cases, 1):
+        args, kwargs = ((), case) if isinstance(case, dict) else (case, {})
+        want = to_number(reference(*args, **kwargs), "the reference")
+        copied = dict(zip(kwargs, _copies(tuple(kwargs.values()))))
+        got = to_number(answer(*_copies(args), **copied), what)
+        if not np.isclose(got, want, rtol=rtol, atol=atol):
+            raise NotYet(wrong(n, got, want, *args, **kwargs))
+    return f"right on all {len(cases)} {summary}"
+
+
 def _copies(args: tuple) -> tuple:
-    """The test inputs as the answer gets them: tensors and arrays copied, so that an answer
+    """The test inputs as the answer gets them: tensors, arrays and lists copied, so that an answer
     that writes into its inputs or returns one of them holds none of the checker's own data."""
-    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a.copy() if isinstance(a, np.ndarray)
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a.copy() if isinstance(a, (np.ndarray, list))
                  else a for a in args)
 
 

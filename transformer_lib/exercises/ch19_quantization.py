@@ -6,7 +6,7 @@ import torch
 
 from ..quantization import dequantize_blocks, quantize_blocks
 from ..quantization.roofline import decode_ceiling
-from ._core import NotYet, exercise, seed_cpu, to_number, to_numpy
+from ._core import NotYet, compare_number_cases, exercise, seed_cpu, to_numpy
 
 
 def _weight_groups():
@@ -72,9 +72,8 @@ def _check_q4_1_block(answer):
                "and 1 GB/s is 10^9 bytes per second")
 def _check_decode_ceiling(answer):
     cases = [(540e6, 15.0), (96.6e6, 15.0), (143e6, 15.0), (1e9, 100.0), (14e9, 3350.0)]
-    for weight_bytes, bandwidth in cases:
-        got = to_number(answer(weight_bytes, bandwidth), "your tokens/s")
-        want = decode_ceiling(weight_bytes, bandwidth)
-        if not np.isclose(got, want, rtol=1e-6):
-            raise NotYet(f"{weight_bytes / 1e6:.0f} MB at {bandwidth:g} GB/s: expected {want:.1f} tokens/s, got {got:.4g}")
-    return f"right on all {len(cases)} (weights, bandwidth) cases, from SmolLM2 on this CPU to a 7B model on a GPU."
+    return compare_number_cases(
+        answer, cases, decode_ceiling, what="your tokens/s", rtol=1e-6, atol=1e-8,  # np.isclose's default atol
+        wrong=lambda n, got, want, weight_bytes, bandwidth: f"{weight_bytes / 1e6:.0f} MB at {bandwidth:g} GB/s: "
+                                                            f"expected {want:.1f} tokens/s, got {got:.4g}",
+        summary="(weights, bandwidth) cases, from SmolLM2 on this CPU to a 7B model on a GPU.")

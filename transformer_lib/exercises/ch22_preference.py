@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from ..preference import dpo_loss, sequence_logprobs, win_rate
-from ._core import NotYet, compare_arrays, exercise, seed_cpu, to_number
+from ._core import compare_arrays, compare_number_cases, exercise, seed_cpu
 
 
 def _logprob_cases():
@@ -51,16 +51,17 @@ def _dpo_cases():
                "of -log sigmoid(r_chosen - r_rejected); use F.logsigmoid: log(sigmoid(-400)) is log(0) = -inf in "
                "float32")
 def _check_dpo_loss(answer):
-    cases = _dpo_cases()
-    for n, (pc, pr, rc, rr, beta) in enumerate(cases, 1):
-        got = to_number(answer(pc.clone(), pr.clone(), rc.clone(), rr.clone(), beta), "your loss")
-        want = dpo_loss(pc.double(), pr.double(), rc.double(), rr.double(), beta)[0].item()
-        if not np.isfinite(got):
-            raise NotYet(f"batch #{n} (margins of ±400 in the last one): your loss is {got}; compute "
-                         "-log sigmoid(m) without forming sigmoid(m) first")
-        if not np.isclose(got, want, rtol=1e-4, atol=1e-4):
-            raise NotYet(f"batch #{n} (beta = {beta}): your loss is too {'high' if got > want else 'low'}")
-    return f"right on all {len(cases)} batches, margins of ±400 included."
+    return compare_number_cases(
+        answer, _dpo_cases(),
+        lambda pc, pr, rc, rr, beta: dpo_loss(pc.double(), pr.double(), rc.double(), rr.double(), beta)[0],  # float64
+        what="your loss", rtol=1e-4, atol=1e-4, wrong=_dpo_wrong, summary="batches, margins of ±400 included.")
+
+
+def _dpo_wrong(n, got, want, pc, pr, rc, rr, beta):
+    if not np.isfinite(got):
+        return (f"batch #{n} (margins of ±400 in the last one): your loss is {got}; compute "
+                "-log sigmoid(m) without forming sigmoid(m) first")
+    return f"batch #{n} (beta = {beta}): your loss is too {'high' if got > want else 'low'}"
 
 
 @exercise("preference.win_rate", call="wins(scores, other_scores)",
@@ -71,10 +72,8 @@ def _check_win_rate(answer):
     cases = [([0.3, 0.1, 0.2], [0.1, 0.1, 0.5]), ([1, 1, 1, 1], [1, 1, 1, 1]),
              (torch.randint(0, 4, (50,)).tolist(), torch.randint(0, 4, (50,)).tolist()),
              ((-torch.rand(40)).tolist(), (-torch.rand(40)).tolist())]
-    for n, (a, b) in enumerate(cases, 1):
-        got = to_number(answer(list(a), list(b)), "your win rate")
-        want = win_rate(a, b)
-        if not np.isclose(got, want, atol=1e-9):
-            raise NotYet(f"case #{n} ({len(a)} pairs{', with ties' if n in (1, 2, 3) else ''}): your win rate is "
-                         f"too {'high' if got > want else 'low'}")
-    return f"right on all {len(cases)} cases, ties included."
+    return compare_number_cases(
+        answer, cases, win_rate, what="your win rate", rtol=1e-5, atol=1e-9,  # np.isclose's default rtol
+        wrong=lambda n, got, want, a, b: f"case #{n} ({len(a)} pairs{', with ties' if n in (1, 2, 3) else ''}): "
+                                        f"your win rate is too {'high' if got > want else 'low'}",
+        summary="cases, ties included.")

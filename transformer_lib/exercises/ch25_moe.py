@@ -6,7 +6,7 @@ import torch
 
 from ..latent_attention import cache_bytes_per_token
 from ..moe import load_balancing_loss, route
-from ._core import NotYet, compare_arrays, exercise, seed_cpu, to_number
+from ._core import NotYet, compare_arrays, compare_number_cases, exercise, seed_cpu
 
 
 def _logit_cases():
@@ -40,14 +40,11 @@ def _check_route(answer):
           hint="probabilities p = softmax(logits); the top-k experts of each token; f = one-hot of the choices "
                "averaged over tokens, shape (k, E); P = mean of p over tokens, (E,); the loss is E * sum(f * P)")
 def _check_balance(answer):
-    cases = _logit_cases()
-    for n, (logits, k) in enumerate(cases, 1):
-        got = to_number(answer(logits.clone(), k), "your loss")
-        want = load_balancing_loss(logits, k).item()
-        if not np.isclose(got, want, rtol=1e-4, atol=1e-5):
-            raise NotYet(f"case #{n} ({logits.shape[0]} tokens, {logits.shape[1]} experts, top_k = {k}): your "
-                         f"loss is too {'high' if got > want else 'low'}")
-    return f"right on all {len(cases)} cases."
+    return compare_number_cases(
+        answer, _logit_cases(), load_balancing_loss, what="your loss", rtol=1e-4, atol=1e-5,
+        wrong=lambda n, got, want, logits, k: f"case #{n} ({logits.shape[0]} tokens, {logits.shape[1]} experts, "
+                                             f"top_k = {k}): your loss is too {'high' if got > want else 'low'}",
+        summary="cases.")
 
 
 _CACHE_CASES = [dict(num_layers=30, kv_lora_rank=256, qk_rope_head_dim=32, bytes_per_element=2),
@@ -59,9 +56,8 @@ _CACHE_CASES = [dict(num_layers=30, kv_lora_rank=256, qk_rope_head_dim=32, bytes
           hint="latent attention caches, per token and per layer, the latent c_KV (kv_lora_rank numbers) and the "
                "one RoPE key shared by all heads (qk_rope_head_dim numbers)")
 def _check_cache(answer):
-    for n, case in enumerate(_CACHE_CASES, 1):
-        got = to_number(answer(**case), "your byte count")
-        if got != cache_bytes_per_token("mla", **case):
-            raise NotYet(f"case #{n} ({case['num_layers']} layers): your count is too "
-                         f"{'high' if got > cache_bytes_per_token('mla', **case) else 'low'}")
-    return f"right on all {len(_CACHE_CASES)} shapes."
+    return compare_number_cases(  # exactly: a count of bytes
+        answer, _CACHE_CASES, lambda **case: cache_bytes_per_token("mla", **case), what="your byte count",
+        wrong=lambda n, got, want, num_layers, **_: f"case #{n} ({num_layers} layers): your count is too "
+                                                   f"{'high' if got > want else 'low'}",
+        summary="shapes.")

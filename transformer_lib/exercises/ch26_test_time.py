@@ -1,10 +1,8 @@
 """Chapter 26 (Reasoning at test time) exercises: parsing a response's final answer, majority
 voting, and the unbiased pass@k. Each checker compares with the library's public functions
 (:mod:`transformer_lib.reasoning`)."""
-import math
-
 from ..reasoning import majority_vote, parse_answer, pass_at_k
-from ._core import NotYet, exercise, require_function, to_number
+from ._core import NotYet, compare_number_cases, exercise, require_function
 
 _RESPONSES = ["824$", "824$$$", "824", "8+4$", "$", "01$", "8246$", "824$123$", "0$", "9999$", "7=$", ""]
 
@@ -46,10 +44,7 @@ _PASS_CASES = [(10, 0, 1), (10, 3, 1), (10, 3, 2), (10, 3, 8), (10, 10, 5), (200
                "them right, are all wrong, subtracted from 1. math.comb works; so does the product of "
                "(1 - k / i) for i from n - c + 1 to n")
 def _check_pass(answer):
-    require_function(answer)
-    for n, c, k in _PASS_CASES:
-        got = to_number(answer(n, c, k), "your pass@k")
-        want = pass_at_k(n, c, k)
-        if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
-            raise NotYet(f"n={n}, c={c}, k={k}: your pass@k is too {'high' if got > want else 'low'}")
-    return f"right on all {len(_PASS_CASES)} cases (n up to 500)."
+    return compare_number_cases(answer, _PASS_CASES, pass_at_k, what="your pass@k", rtol=1e-9, atol=1e-12,
+                                wrong=lambda _, got, want, n, c, k: f"n={n}, c={c}, k={k}: your pass@k is too "
+                                                                   f"{'high' if got > want else 'low'}",
+                                summary="cases (n up to 500).")

@@ -4,7 +4,7 @@ the response mask, and GRPO's loss. Each checker compares with the library's pub
 import torch
 
 from ..reasoning import EOS, group_advantages, grpo_loss, response_mask
-from ._core import NotYet, compare_arrays, exercise, require_function, seed_cpu, to_number
+from ._core import NotYet, compare_arrays, compare_number_cases, exercise, require_function, seed_cpu
 
 
 def _reward_cases():
@@ -63,10 +63,9 @@ def _loss_cases():
                "row's advantage; minus beta * (exp(ref - logprobs) - (ref - logprobs) - 1); average over each row's "
                "masked tokens, then over rows, and negate")
 def _check_loss(answer):
-    require_function(answer)
-    for n, (logp, old, ref, adv, mask, eps, beta) in enumerate(_loss_cases(), 1):
-        got = to_number(answer(logp.clone(), old.clone(), ref.clone(), adv.clone(), mask.clone(), eps, beta), "your loss")
-        want = grpo_loss(logp, old, ref, adv, mask, eps, beta).item()
-        if abs(got - want) > 1e-6 * max(1.0, abs(want)):
-            raise NotYet(f"batch #{n} (clip_eps {eps}, beta {beta}): your loss is too {'high' if got > want else 'low'}")
-    return "right on all 3 batches (short rows, no KL and a tight clip included)."
+    return compare_number_cases(answer, _loss_cases(), grpo_loss, what="your loss", rtol=1e-6, atol=1e-6,
+                                wrong=_loss_wrong, summary="batches (short rows, no KL and a tight clip included).")
+
+
+def _loss_wrong(n, got, want, logp, old, ref, adv, mask, eps, beta):
+    return f"batch #{n} (clip_eps {eps}, beta {beta}): your loss is too {'high' if got > want else 'low'}"
