@@ -94,8 +94,14 @@ def test_special_tokens_are_never_merged_and_count_toward_vocab(tok):
 # -- encoding ------------------------------------------------------------------------------
 
 unicode_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
-mixed = st.lists(st.sampled_from(["the ", "café", "👍🏽", "e\u0301", "🇫🇷", "  \n", "1234", "'s", "<|endoftext|>",
-                                  "日本語", "x=f(y)", "\t", "\u200d"]) | unicode_text, max_size=8).map("".join)
+PIECES = ["the ", "café", "👍🏽", "e\u0301", "🇫🇷", "  \n", "1234", "'s", "<|endoftext|>", "日本語", "x=f(y)", "\t",
+          "\u200d"]
+mixed = st.lists(st.sampled_from(PIECES) | unicode_text, max_size=8).map("".join)
+# The parity test leaves out code points that Python's Unicode tables (14.0 in Python 3.11) call
+# unassigned: the regex package and tokenizers' engine read \p{L} from different, newer Unicode
+# versions, so a letter added since (U+323B0 "'s" was one example) splits differently in each.
+known_text = st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60)
+known_mixed = st.lists(st.sampled_from(PIECES) | known_text, max_size=8).map("".join)
 
 
 @settings(max_examples=150, deadline=None)
@@ -107,7 +113,7 @@ def test_round_trip_any_unicode(tok, text):
 
 
 @settings(max_examples=150, deadline=None)
-@given(mixed)
+@given(known_mixed)
 def test_readable_encoder_equals_tokenizers_library(tok, text):
     assert tok.encode(text) == tok.encode(text, fast=True)
     assert tok.to_tokenizers().decode(tok.encode(text), skip_special_tokens=False) == text
