@@ -114,6 +114,33 @@ def check_mha_inputs(query, key, value, d_model: int, cached: bool):
     return key, value
 
 
+def check_online_softmax_state(running_max, running_sum, scores) -> None:
+    """One step of the online softmax: floating ``running_max`` and ``running_sum`` (...,) and a
+    block of ``scores`` (..., block) of the same rows."""
+    for name, t in (("running_max", running_max), ("running_sum", running_sum), ("scores", scores)):
+        check_floating(name, t)
+    if scores.dim() < 1 or running_max.shape != scores.shape[:-1] or running_sum.shape != running_max.shape:
+        raise ValueError(f"running_max and running_sum must be (...,) and scores (..., block), got "
+                         f"{tuple(running_max.shape)}, {tuple(running_sum.shape)}, {tuple(scores.shape)}")
+
+
+def check_scores(scores) -> None:
+    """Floating scores with at least one dimension, the last (the one a softmax runs over) of size >= 1."""
+    check_floating("scores", scores)
+    if scores.dim() < 1 or scores.shape[-1] < 1:
+        raise ValueError(f"scores must have at least one dimension of size >= 1, got shape {tuple(scores.shape)}")
+
+
+def check_partial_attention(out_a, lse_a, out_b, lse_b) -> None:
+    """Two partial attention results to merge: floating outputs (..., L_q, d_v) and their
+    log-sum-exps (..., L_q), each pair of equal shapes."""
+    for name, t in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        check_floating(name, t)
+    if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
+        raise ValueError(f"expected two outputs (..., L_q, d_v) and two lse (..., L_q) of equal shapes, got "
+                         f"{tuple(out_a.shape)}, {tuple(lse_a.shape)}, {tuple(out_b.shape)}, {tuple(lse_b.shape)}")
+
+
 def check_square_maps(weights: torch.Tensor) -> int:
     """Self-attention maps (..., L, L); return L."""
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
