@@ -6,13 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .scalars import check_choice, check_divisible, check_int, check_number, check_tensor
-
-
-def check_even(name: str, value: int, why: str) -> None:
-    """A size that is split into pairs (sin/cos pairs, RoPE's rotated pairs) must be even."""
-    if value % 2:
-        raise ValueError(f"{name} must be even ({why}), got {value}")
+from .scalars import check_choice, check_divisible, check_even, check_int, check_number, check_tensor
 
 
 def check_top_k(top_k, num_experts: int) -> int:

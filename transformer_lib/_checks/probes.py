@@ -68,3 +68,46 @@ def check_head_outputs(z, num_heads: int, head_dim: int) -> None:
     if not z.is_floating_point() or z.dim() < 3 or tuple(z.shape[-2:]) != (num_heads, head_dim):
         raise ValueError(f"z must be a float tensor (B, L, {num_heads}, {head_dim}) (a hook_z recording), "
                          f"got {z.dtype} {tuple(z.shape)}")
+
+
+def check_block_order(model, earlier, later) -> None:
+    """Two blocks of ``model``, ``earlier`` before ``later`` (a head can only compose with the
+    heads of the blocks before it)."""
+    check_block_index(model, earlier)
+    check_block_index(model, later)
+    if earlier >= later:
+        raise ValueError(f"earlier must be a block before later, got earlier={earlier}, later={later}")
+
+
+def check_in_context(logits, tokens, in_context) -> None:
+    """Logits (B, L, V) of ``tokens`` (B, L) and a (B, L - 1) marking of their targets."""
+    B, L, V = logits.shape
+    if tokens.shape != (B, L) or in_context.shape != (B, L - 1):
+        raise ValueError(f"logits {tuple(logits.shape)}, tokens {tuple(tokens.shape)} and in_context "
+                         f"{tuple(in_context.shape)} do not match: need (B, L, V), (B, L), (B, L - 1)")
+
+
+def check_loss_curve(steps, losses, window) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loss curve: ``steps`` and ``losses`` 1-D of one length, more than ``window + 1`` points
+    (``window`` an integer >= 1). Returns both as float64 tensors."""
+    steps, losses = torch.as_tensor(steps, dtype=torch.float64), torch.as_tensor(losses, dtype=torch.float64)
+    if steps.dim() != 1 or steps.shape != losses.shape or len(steps) < window + 2:
+        raise ValueError(f"steps and losses must be 1-D of the same length > window + 1 = {window + 1}, "
+                         f"got {tuple(steps.shape)} and {tuple(losses.shape)}")
+    check_int("window", window, 1)
+    return steps, losses
+
+
+def check_context(context, table) -> int:
+    """The training context: ``context`` (None: the position table's length ``table``) an integer
+    in [4, table]; a model without a table (rotary, ALiBi) must be given one. Returns it."""
+    if context is None and table is None:
+        raise ValueError("context must be given for a model without a position table (rotary, ALiBi)")
+    return check_int("context", table if context is None else context, 4, table)
+
+
+def check_score_table(scores, k) -> None:
+    """A (layers, H) table of head scores and ``k`` in [1, layers * H] heads to pick from it."""
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be (layers, H), got shape {tuple(scores.shape)}")
+    check_int("k", k, 1, scores.numel())

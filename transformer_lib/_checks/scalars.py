@@ -88,6 +88,19 @@ def check_divisible(name: str, value: int, by_name: str, by: int, why: str = "")
         raise ValueError(f"{name} ({value}) must be divisible by {by_name} ({by}){why}")
 
 
+def check_even(name: str, value: int, why: str) -> None:
+    """A size that is split into pairs (sin/cos pairs, RoPE's rotated pairs, a sequence and its
+    repeat) must be even; ``why`` says what the pairs are."""
+    if value % 2:
+        raise ValueError(f"{name} must be even ({why}), got {value}")
+
+
+def check_generator(name: str, value) -> None:
+    """None or a ``torch.Generator`` (a seed passed where a generator belongs is a TypeError)."""
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__}")
+
+
 def check_callable(name: str, value) -> None:
     """``value`` must be callable (a function to time, trace or run on every rank)."""
     if not callable(value):
