@@ -39,3 +39,6 @@ from .circuits import check_final_logits, check_score_values, check_head_sets, c
 from .scalars import check_even, check_generator  # noqa: F401
 from .probes import check_block_order, check_in_context, check_loss_curve, check_context, check_score_table  # noqa: F401
 from .profiling import check_device, check_timing  # noqa: F401
+from .probes import check_patch_value, check_has_attention, check_one_sequence, check_sequence_map, check_classifier_batch, check_lookup_maps  # noqa: F401
+from .scalars import check_folder  # noqa: F401
+from .export import check_exported  # noqa: F401

@@ -11,10 +11,11 @@ def check_bool_mask(name: str, mask, what: str = "a boolean torch.Tensor", dims:
     """``mask`` must be a boolean tensor in the library's convention (True = may attend), with
     ``dims`` dimensions when given. Not a tensor is a TypeError, any other dtype a ValueError."""
     check_tensor(name, mask, what)
+    if dims is not None and (mask.dim() != dims or mask.dtype != torch.bool):
+        raise ValueError(f"{name} must be a {dims}-D boolean mask (True = may attend), got shape "
+                         f"{tuple(mask.shape)}, dtype {mask.dtype}")
     if mask.dtype != torch.bool:
         raise ValueError(f"{name} must be boolean (True = may attend), got dtype {mask.dtype}")
-    if dims is not None and mask.dim() != dims:
-        raise ValueError(f"{name} must be a {dims}-D boolean mask, got shape {tuple(mask.shape)}")
 
 
 def check_bool_masks(masks) -> None:

@@ -111,3 +111,49 @@ def check_score_table(scores, k) -> None:
     if scores.dim() != 2:
         raise ValueError(f"scores must be (layers, H), got shape {tuple(scores.shape)}")
     check_int("k", k, 1, scores.numel())
+
+
+def check_patch_value(name: str, new, output: torch.Tensor) -> None:
+    """What a patch puts in place of a module's output (known only when the module runs): a
+    tensor of the output's shape."""
+    if not isinstance(new, torch.Tensor) or new.shape != output.shape:
+        raise ValueError(f"the patch for {name!r} must be a tensor of shape {tuple(output.shape)}, "
+                         f"got {tuple(getattr(new, 'shape', ())) or type(new).__name__}")
+
+
+def check_has_attention(model, modules) -> None:
+    """``model`` must be an ``nn.Module`` and contain attention modules (``modules``, those found)
+    for a recorder to hook."""
+    check_module(model)
+    if not modules:
+        raise ValueError(f"{type(model).__name__} contains no attention module to record")
+
+
+def check_one_sequence(x) -> None:
+    """One sequence without a batch axis: a tensor (L, D)."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be one sequence (L_in, D), got shape {tuple(x.shape)}")
+
+
+def check_sequence_map(jac) -> None:
+    """``fn`` of a dependency map must take (L_in, D) to (L_out, D_out): its Jacobian is 4-D."""
+    if jac.dim() != 4:
+        raise ValueError(f"fn must return (L_out, D_out), got a Jacobian of shape {tuple(jac.shape)}")
+
+
+def check_classifier_batch(model, tokens, labels) -> None:
+    """A classifier with an ``embed`` module (whose output is differentiated), tokens (B, L) and
+    one label per row (B,)."""
+    if not isinstance(getattr(model, "embed", None), nn.Module):
+        raise ValueError("model must have an `embed` module whose output is the token embeddings")
+    if tokens.dim() != 2 or labels.shape != tokens.shape[:1]:
+        raise ValueError(f"need tokens (B, L) and labels (B,), got {tuple(tokens.shape)} and {tuple(labels.shape)}")
+
+
+def check_lookup_maps(weights, tokens) -> None:
+    """Attention maps (B, H, L, L) of the lookup task's tokens (B, L)."""
+    if weights.dim() != 4:
+        raise ValueError(f"weights must be (B, H, L, L), got shape {tuple(weights.shape)}")
+    B, H, L, L_k = weights.shape
+    if tokens.shape != (B, L) or L_k != L:
+        raise ValueError(f"weights {tuple(weights.shape)} and tokens {tuple(tokens.shape)} do not match")

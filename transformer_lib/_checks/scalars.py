@@ -3,6 +3,7 @@ among names, tensors and their feature sizes."""
 from __future__ import annotations
 
 import numbers
+from pathlib import Path
 
 import torch
 
@@ -99,6 +100,13 @@ def check_generator(name: str, value) -> None:
     """None or a ``torch.Generator`` (a seed passed where a generator belongs is a TypeError)."""
     if value is not None and not isinstance(value, torch.Generator):
         raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__}")
+
+
+def check_folder(name: str, path) -> None:
+    """The folder a file is to be written into (``path``'s parent) must exist."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ValueError(f"{name}: folder {str(folder)!r} does not exist")
 
 
 def check_callable(name: str, value) -> None:
