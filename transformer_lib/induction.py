@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_even, check_generator, check_int, check_square_maps
+from ._checks import check_choice, check_divisible, check_generator, check_int, check_square_maps
 from ._checks.probes import (check_block_index, check_block_order, check_context, check_in_context, check_loss_curve,
                              check_module, check_score_table)
 from .probes import patch_activations, record_activations
@@ -54,7 +54,7 @@ def repeated_random_tokens(batch_size: int, length: int, vocab_size: int, min_re
     check_int("vocab_size", vocab_size, 2)
     check_int("low", low, 0, vocab_size - 2)
     if min_repeat is None:
-        check_even("length", length, "the second half repeats the first")
+        check_divisible("length", length, 2, why=" (the second half repeats the first)")
     else:
         check_int("min_repeat", min_repeat, 2, length // 2)
     check_generator("generator", generator)

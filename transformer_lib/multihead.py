@@ -96,10 +96,10 @@ class MultiHeadAttention(nn.Module):
         check_int("num_heads", num_heads)
         check_int("num_kv_heads", num_kv_heads)
         check_probability("dropout", dropout)
-        check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads,
+        check_divisible("num_heads", num_heads, num_kv_heads, "num_kv_heads",
                         " so that each key/value head serves the same number of query heads")
         if head_dim is None:
-            check_divisible("d_model", d_model, "num_heads", num_heads,
+            check_divisible("d_model", d_model, num_heads, "num_heads",
                             " so that each head gets head_dim = d_model / num_heads features, or pass head_dim")
             head_dim = d_model // num_heads
         check_int("head_dim", head_dim)

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import (check_choice, check_even, check_int, check_number, check_positions, check_positions_fit,
+from ._checks import (check_choice, check_divisible, check_int, check_number, check_positions, check_positions_fit,
                       check_probability, check_rotary_positions)
 
 __all__ = [
@@ -42,7 +42,7 @@ def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> tor
     check_int("length", length)
     check_int("d_model", d_model)
     check_number("base", base, 0, low_open=True)
-    check_even("d_model", d_model, "sin/cos pairs")
+    check_divisible("d_model", d_model, 2, why=" (sin/cos pairs)")
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     angles = pos * inv_freq  # (L, d/2)
@@ -143,7 +143,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         check_int("head_dim", head_dim)
         check_number("base", base, 0, low_open=True)
-        check_even("head_dim", head_dim, "RoPE rotates pairs")
+        check_divisible("head_dim", head_dim, 2, why=" (RoPE rotates pairs)")
         check_choice("style", style, ROTARY_STYLES)
         self.head_dim, self.base, self.style = head_dim, base, style
         self._table = None  # (cos, sin), each (L_max, d/2): decoding reuses it token after token

@@ -6,7 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .scalars import check_choice, check_divisible, check_even, check_int, check_number, check_tensor
+from .probes import check_module
+from .scalars import check_choice, check_divisible, check_int, check_number, check_tensor
 
 
 def check_top_k(top_k, num_experts: int) -> int:
@@ -56,7 +57,7 @@ def check_moe_decoder(model, copy_dense: bool, activations) -> None:
 def check_expert_parallel(num_experts: int, world_size: int, capacity_factor, shared: int) -> None:
     """Expert parallelism splits the experts evenly over the ranks; capacity and shared experts
     are not part of its exchange."""
-    check_divisible("num_experts", num_experts, "the world size", world_size)
+    check_divisible("num_experts", num_experts, world_size, "the world size")
     if capacity_factor is not None or shared:
         raise ValueError("moe: expert_parallel_forward supports neither capacity_factor nor shared experts")
 
@@ -64,7 +65,7 @@ def check_expert_parallel(num_experts: int, world_size: int, capacity_factor, sh
 def check_latent_sizes(num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) -> None:
     """MLA's sizes: RoPE's part of a head is even, and the latent rank is smaller than the key and
     value width it compresses (the sizes themselves already checked integers >= 1)."""
-    check_even("qk_rope_head_dim", qk_rope_head_dim, "RoPE rotates pairs")
+    check_divisible("qk_rope_head_dim", qk_rope_head_dim, 2, why=" (RoPE rotates pairs)")
     full = num_heads * (qk_nope_head_dim + v_head_dim)
     if kv_lora_rank >= full:
         raise ValueError(f"kv_lora_rank ({kv_lora_rank}) must be smaller than num_heads * (qk_nope_head_dim"
@@ -82,7 +83,7 @@ def check_positions_fit(length: int, max_len: int) -> None:
 def check_rotary_positions(x, positions) -> None:
     """RoPE's input: ``x`` (..., L, d) with d even, ``positions`` 1-D with one position per row."""
     check_tensor("x", x)
-    check_even("x's last dimension", x.shape[-1], "RoPE rotates pairs")
+    check_divisible("x's last dimension", x.shape[-1], 2, why=" (RoPE rotates pairs)")
     if x.dim() < 2 or positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
         raise ValueError(f"positions must be 1-D with one position per row of x (L = {x.shape[-2] if x.dim() > 1 else '?'}), "
                          f"got shape {tuple(positions.shape)}")
@@ -91,7 +92,7 @@ def check_rotary_positions(x, positions) -> None:
 def check_torch_mha(mha) -> None:
     """An ``nn.MultiheadAttention`` the library's attention can copy: one width for q, k and v,
     no extra key/value bias rows or zero attention."""
-    check_module_of("mha", mha, nn.MultiheadAttention)
+    check_module(mha, "mha", nn.MultiheadAttention)
     if not mha._qkv_same_embed_dim:
         raise ValueError("mha: only nn.MultiheadAttention with kdim == vdim == embed_dim is supported")
     if mha.bias_k is not None or mha.add_zero_attn:
@@ -100,14 +101,14 @@ def check_torch_mha(mha) -> None:
 
 def check_torch_layer_norm(ln) -> None:
     """An ``nn.LayerNorm`` over one (the last) dimension."""
-    check_module_of("ln", ln, nn.LayerNorm)
+    check_module(ln, "ln", nn.LayerNorm)
     if len(ln.normalized_shape) != 1:
         raise ValueError("ln: only LayerNorm over one (the last) dimension is supported")
 
 
 def check_torch_rnn(rnn) -> None:
     """An ``nn.RNN`` the Elman RNN can copy: one layer, one direction, tanh, with bias."""
-    check_module_of("rnn", rnn, nn.RNN)
+    check_module(rnn, "rnn", nn.RNN)
     if rnn.num_layers != 1 or rnn.bidirectional or rnn.nonlinearity != "tanh" or not rnn.bias:
         raise ValueError("rnn: only single-layer, unidirectional tanh nn.RNN with bias can be copied")
 
@@ -120,9 +121,3 @@ def check_torch_activation(name: str, act) -> str:
     if act is F.gelu or isinstance(act, nn.GELU):
         return "gelu"
     raise ValueError(f"{name}: only relu and gelu activations can be copied, got {act!r}")
-
-
-def check_module_of(name: str, module, cls: type) -> None:
-    """``module`` must be an instance of the torch class ``cls`` (``from_torch`` copies its weights)."""
-    if not isinstance(module, cls):
-        raise TypeError(f"{name} must be a torch.nn.{cls.__name__}, got {type(module).__name__}")

@@ -9,10 +9,12 @@ from .scalars import check_int
 RECORD_ONLY = ("hook_pattern",)  # hook points whose value the model does not read back
 
 
-def check_module(model, name: str = "model") -> None:
-    """``model`` (or the argument ``name``) must be an ``nn.Module``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"{name} must be an nn.Module, got {type(model).__name__}")
+def check_module(model, name: str = "model", cls: type = nn.Module) -> None:
+    """``model`` (or the argument ``name``) must be an ``nn.Module``, or of the torch class ``cls``
+    (the ``nn.MultiheadAttention`` whose weights ``from_torch`` copies)."""
+    if not isinstance(model, cls):
+        what = "an nn.Module" if cls is nn.Module else f"a torch.nn.{cls.__name__}"
+        raise TypeError(f"{name} must be {what}, got {type(model).__name__}")
 
 
 def check_module_names(model, names, what: str = "names") -> dict:

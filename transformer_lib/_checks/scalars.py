@@ -82,18 +82,14 @@ def check_str_list(name: str, value) -> tuple[str, ...]:
     return tuple(value)
 
 
-def check_divisible(name: str, value: int, by_name: str, by: int, why: str = "") -> None:
-    """``value`` (a size already checked an integer) must be a multiple of ``by`` (heads that split
-    a width, experts that split over ranks, RoPE's pairs with ``by = 2``); ``why`` ends the message."""
+def check_divisible(name: str, value: int, by: int, by_name: str = "", why: str = "") -> None:
+    """``value`` (a size already checked an integer) must be a multiple of ``by``, the argument
+    ``by_name`` if it is one: heads that split a width, a width split over ranks, pairs (``by=2``,
+    for sin/cos or RoPE: "must be even"). ``why`` ends the message."""
     if value % by:
-        raise ValueError(f"{name} ({value}) must be divisible by {by_name} ({by}){why}")
-
-
-def check_even(name: str, value: int, why: str) -> None:
-    """A size that is split into pairs (sin/cos pairs, RoPE's rotated pairs, a sequence and its
-    repeat) must be even; ``why`` says what the pairs are."""
-    if value % 2:
-        raise ValueError(f"{name} must be even ({why}), got {value}")
+        if by == 2 and not by_name:
+            raise ValueError(f"{name} must be even{why}, got {value}")
+        raise ValueError(f"{name} = {value} must be divisible by {f'{by_name} ({by})' if by_name else by}{why}")
 
 
 def check_generator(name: str, value) -> None:
