@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .probes import check_module
-from .scalars import check_choice, check_divisible, check_int, check_number, check_tensor
+from .scalars import check_divisible, check_int, check_number, check_tensor
 
 
 def check_top_k(top_k, num_experts: int) -> int:
