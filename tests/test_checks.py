@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib._checks import check_int, check_number
+from transformer_lib._checks import (check_callable, check_divisible, check_features, check_generator, check_int,
+                                     check_number, check_same_batch, check_tensor)
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3), np.uint8(2)])
@@ -539,3 +540,295 @@ def test_property_a_non_finite_input_never_becomes_a_plausible_wrong_number_in_s
     unseen = ~sees & out_ok
     assert torch.allclose(out_h[unseen], right_h[unseen], atol=1e-5, rtol=0), "a row outside the band changed"
     assert torch.allclose(out[0, 0], right[0, 0], atol=1e-5, rtol=0)  # the other head is untouched
+
+
+# =====================================================================================================
+# Issue 39, the model side: the rules the raises of masks, multihead, positional, tiled, model, norms,
+# kv_cache, latent_attention, layers, feedforward, rnn, moe, export, probes, circuits, induction,
+# profiling, device and distributed moved into (_checks: scalars, attention, masks, layers, models,
+# kv_cache, circuits, probes, profiling, export, distributed). Each case calls the public function with
+# the bad input and expects the error type and a message that names the argument: without the rule the
+# call would pass, or fail inside torch with another message.
+# =====================================================================================================
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from transformer_lib import circuits, distributed, export, induction, kv_cache, latent_attention, moe, positional, \
+    probes, rnn  # noqa: E402
+from transformer_lib import norms as tnorms  # noqa: E402
+
+
+def _gpt(layers=1, **kw):
+    torch.manual_seed(0)
+    return tl.DecoderOnlyLM(20, d_model=16, num_heads=2, num_layers=layers, max_len=12, **kw).eval()
+
+
+def _filled_cache():
+    cache = tl.KVCache(1)
+    cache.update(0, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    return cache
+
+
+def _onnx_without_config(tmp):
+    """A valid .onnx file (one Identity node) that export_onnx did not write."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    path = tmp / "plain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def _model_cases():
+    T, V = TypeError, ValueError
+    x = torch.randn(2, 3, 8)
+    q4, k2 = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 2, 8)
+    tokens = torch.randint(0, 20, (2, 6))
+    return [
+        # scalars: check_divisible, check_callable, check_tensor, check_features, check_same_batch, check_generator,
+        # check_folder
+        ("MHA(8, 3): d_model", lambda: tl.MultiHeadAttention(8, 3), V, r"d_model = 8 must be divisible by num_heads \(3\)"),
+        ("MHA(8, 4, 3): num_heads", lambda: tl.MultiHeadAttention(8, 4, 3), V, "num_heads = 4 must be divisible by num_kv_heads"),
+        ("sinusoidal_encoding(odd)", lambda: tl.sinusoidal_encoding(4, 7), V, "d_model must be even"),
+        ("RotaryEmbedding(7)", lambda: positional.RotaryEmbedding(7), V, "head_dim must be even"),
+        ("repeated_random_tokens(odd)", lambda: induction.repeated_random_tokens(2, 7, 10), V, "length must be even"),
+        ("transformer_parameters(10, 4)", lambda: cost.transformer_parameters(10, 4), V,
+         r"d_model = 10 must be divisible by num_heads \(4\)"),
+        ("ColumnRowParallelMLP(d_ff=30, 4 ranks)",
+         lambda: distributed.ColumnRowParallelMLP(tl.FeedForward(8, 30), 0, 4), V,
+         r"d_ff = 30 must be divisible by the tensor-parallel world size \(4\)"),
+        ("launch(fn=3)", lambda: distributed.launch(3, 1), T, "fn must be callable"),
+        ("logit_difference(list)", lambda: circuits.logit_difference([1.0], 0, 1), T, "logits must be a torch.Tensor"),
+        ("LayerNorm(8)(list)", lambda: tl.LayerNorm(8)([1.0] * 8), T, "x must be a torch.Tensor"),
+        ("LayerNorm(8)(last dim 7)", lambda: tl.LayerNorm(8)(torch.randn(2, 7)), V, r"x must be \(\.\.\., 8\)"),
+        ("RMSNorm(8)(last dim 7)", lambda: tl.RMSNorm(8)(torch.randn(2, 7)), V, r"x must be \(\.\.\., 8\)"),
+        ("FeedForward(8)(last dim 7)", lambda: tl.FeedForward(8)(torch.randn(2, 7)), V, r"x must be \(\.\.\., 8\)"),
+        ("TokenBatchNorm(8)(2-D)", lambda: tnorms.TokenBatchNorm(8)(torch.randn(2, 8)), V, r"x must be \(B, L, D\)"),
+        ("ElmanRNN(3, 4)(last dim 2)", lambda: tl.ElmanRNN(3, 4)(torch.randn(2, 5, 2)), V, r"x must be \(B, L, 3\)"),
+        ("MixtureOfExperts(8)(1-D)", lambda: moe.MixtureOfExperts(8, 12, 4, 1)(torch.randn(8)), V, r"x must be \(\.\.\., 8\)"),
+        ("LatentAttention(x 2-D)", lambda: latent_attention.LatentAttention(16, 2, 8, 4, 4, 4)(torch.randn(3, 16)), V,
+         r"x must be \(B, L, 16\)"),
+        ("DecoderLayer(batch 2 vs 1)", lambda: tl.DecoderLayer(8, 2, 16)(x, torch.randn(1, 4, 8)), V,
+         "batch sizes differ: target 2 vs memory 1"),
+        ("Transformer(src 2 vs tgt 3)", lambda: tl.Transformer(8, 2, 1, 1, 16)(x, torch.randn(3, 3, 8)), V,
+         "batch sizes differ: src 2 vs tgt 3"),
+        ("MHA(query 2 vs key 3)", lambda: tl.MultiHeadAttention(8, 2)(x, torch.randn(3, 4, 8)), V,
+         "batch sizes differ: query 2 vs key 3"),
+        ("repeated_random_tokens(generator=0)", lambda: induction.repeated_random_tokens(2, 8, 10, generator=0), T,
+         "generator must be a torch.Generator"),
+        ("export_onnx(missing folder)", lambda: export.export_onnx(_gpt(), "/no/such/folder/m.onnx", None), V,
+         "path: folder '/no/such/folder' does not exist"),
+        # attention: causal lengths, dtypes, empty sequences, a multi-head call, the online softmax, merging
+        ("tiled_attention(causal, L_k < L_q)", lambda: tiled.tiled_attention(q4, k2, k2, causal=True), V,
+         r"causal attention needs L_k >= L_q .* got L_q=4, L_k=2"),
+        ("MHA(causal, 2 keys for 4 queries)",
+         lambda: tl.MultiHeadAttention(8, 2)(torch.randn(1, 4, 8), torch.randn(1, 2, 8), causal=True), V,
+         "causal attention needs L_k >= L_q"),
+        ("tiled_attention(dtypes)", lambda: tiled.tiled_attention(q4, q4.double(), q4.double()), V,
+         "q, k and v must share a dtype"),
+        ("sliding_window_attention(dtypes)",
+         lambda: sparse.sliding_window_attention(q4, q4.double(), q4, 2), V, "q, k and v must share a dtype"),
+        ("tiled_attention(L = 0)", lambda: tiled.tiled_attention(torch.randn(1, 1, 0, 8), k2, k2), V,
+         "q, k, v need L >= 1"),
+        ("MHA(cache and key)", lambda: tl.MultiHeadAttention(8, 2)(x[:1], torch.randn(1, 3, 8), cache=tl.KVCache(1)), V,
+         "cache is for self-attention only"),
+        ("MHA(key 4, value 5)", lambda: tl.MultiHeadAttention(8, 2)(x, torch.randn(2, 4, 8), torch.randn(2, 5, 8)), V,
+         "key and value must have the same length"),
+        ("online_softmax_step(shapes)",
+         lambda: tiled.online_softmax_step(torch.zeros(2), torch.zeros(3), torch.zeros(2, 4)), V,
+         "running_max and running_sum must be"),
+        ("online_softmax(empty row)", lambda: tiled.online_softmax(torch.zeros(2, 0)), V, "scores must have"),
+        ("merge_partial_attention(shapes)",
+         lambda: tiled.merge_partial_attention(torch.zeros(1, 2, 4), torch.zeros(1, 2), torch.zeros(1, 3, 4),
+                                               torch.zeros(1, 3)), V, "expected two outputs"),
+        # masks
+        ("to_torch_mha_mask(float)", lambda: masks.to_torch_mha_mask(torch.ones(2, 2)), V, "mask must be boolean"),
+        ("combine_masks(float)", lambda: masks.combine_masks(torch.ones(2, 2)), V, "masks must be boolean"),
+        ("from_torch_mha_mask(long)", lambda: masks.from_torch_mha_mask(torch.ones(2, dtype=torch.long)), V,
+         "mask must be a boolean or float"),
+        ("key_padding_to_mask(3-D)", lambda: masks.key_padding_to_mask(torch.ones(2, 2, 2, dtype=torch.bool)), V,
+         r"key_padding_mask must be \(B, L_k\)"),
+        ("key_padding_to_mask(NaN)", lambda: masks.key_padding_to_mask(torch.tensor([[0.0, float("nan")]])), V,
+         "key_padding_mask holds NaN"),
+        ("mask_kind(float)", lambda: probes.mask_kind(torch.ones(3, 3)), V, "mask must be a 2-D boolean mask"),
+        ("padding_mask([1, -1])", lambda: masks.padding_mask([1, -1]), V, "lengths must be non-negative"),
+        ("padding_mask(max_len=2)", lambda: masks.padding_mask([3], max_len=2), V, "lengths: a length exceeds max_len=2"),
+        ("bigbird_block_layout(global 5 of 4)", lambda: masks.bigbird_block_layout(4, global_blocks=5), V,
+         "global_blocks=5 exceeds num_blocks=4"),
+        ("layout_to_mask(L=9)", lambda: masks.layout_to_mask(torch.ones(2, 2, dtype=torch.bool), 4, L=9), V,
+         r"L must lie in \[1, 8\]"),
+        # layers: experts, latent attention, positions, the torch modules from_torch copies
+        ("MixtureOfExperts(top_k=5 of 4)", lambda: moe.MixtureOfExperts(8, 12, 4, 5), V, r"top_k must be an integer in \[1, 4\]"),
+        ("MixtureOfExperts(capacity_factor=0)", lambda: moe.MixtureOfExperts(8, 12, 4, 1, capacity_factor=0), V,
+         "capacity_factor"),
+        ("MixtureOfExperts(shared_experts=-1)", lambda: moe.MixtureOfExperts(8, 12, 4, 1, shared_experts=-1), V,
+         "shared_experts"),
+        ("load_balancing_loss([])", lambda: moe.load_balancing_loss([], 1), V, "router_logits must not be an empty"),
+        ("route(1-D)", lambda: moe.route(torch.randn(4), 1), V, r"router_logits must be a \(tokens, num_experts\)"),
+        ("load_balancing_loss(num_experts=5)", lambda: moe.load_balancing_loss(torch.randn(3, 4), 1, num_experts=5), V,
+         "num_experts says 5"),
+        ("moe_decoder(no blocks)", lambda: moe.moe_decoder(nn.Linear(2, 2), 2, 1), V, "model must have .blocks"),
+        ("moe_decoder(copy_dense, gelu)", lambda: moe.moe_decoder(_gpt(activation="gelu"), 2, 1, copy_dense=True), V,
+         "copy_dense needs a SwiGLU FFN"),
+        ("LatentAttention(odd rope dim)", lambda: latent_attention.LatentAttention(16, 2, 8, 4, 3, 4), V,
+         "qk_rope_head_dim must be even"),
+        ("LatentAttention(kv_lora_rank too big)", lambda: latent_attention.LatentAttention(16, 2, 16, 4, 4, 4), V,
+         "kv_lora_rank"),
+        ("cache_bytes_per_token('xyz')", lambda: latent_attention.cache_bytes_per_token("xyz"), V, "kind must be one of"),
+        ("LearnedPositionalEmbedding(4)(5 tokens)",
+         lambda: positional.LearnedPositionalEmbedding(4, 8)(torch.randn(1, 5, 8)), V,
+         "sequence of length 5 is longer than the learned position table"),
+        ("apply_rotary(positions 4 for L 3)", lambda: positional.apply_rotary(torch.randn(2, 3, 8), torch.arange(4)), V,
+         "positions must be 1-D with one position per row"),
+        ("apply_rotary(odd d)", lambda: positional.apply_rotary(torch.randn(3, 7), torch.arange(3)), V,
+         "x's last dimension must be even"),
+        ("rotate(style='x')",
+         lambda: positional.rotate(torch.randn(3, 8), torch.ones(3, 4), torch.zeros(3, 4), style="x"), V,
+         "style must be one of"),
+        ("RotaryEmbedding(style='x')", lambda: positional.RotaryEmbedding(8, style="x"), V, "style must be one of"),
+        ("MHA.from_torch(Linear)", lambda: tl.MultiHeadAttention.from_torch(nn.Linear(2, 2)), T,
+         "mha must be a torch.nn.MultiheadAttention"),
+        ("MHA.from_torch(kdim=4)", lambda: tl.MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4)), V,
+         "mha: only nn.MultiheadAttention with kdim"),
+        ("MHA.from_torch(add_bias_kv)",
+         lambda: tl.MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True)), V, "mha: add_bias_kv"),
+        ("LayerNorm.from_torch(2-D shape)", lambda: tl.LayerNorm.from_torch(nn.LayerNorm([2, 8])), V,
+         "ln: only LayerNorm over one"),
+        ("ElmanRNN.from_torch(2 layers)", lambda: tl.ElmanRNN.from_torch(nn.RNN(3, 4, num_layers=2)), V,
+         "rnn: only single-layer"),
+        ("EncoderLayer.from_torch(silu)",
+         lambda: tl.EncoderLayer.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=F.silu, batch_first=True)), V,
+         "layer.activation: only relu and gelu"),
+        ("make_norm('batch')", lambda: tnorms.make_norm("batch", 8), V, "norm must be one of 'layer', 'rms'"),
+        ("FeedForward(activation='tanh')", lambda: tl.FeedForward(8, activation="tanh"), V, "activation must be one of"),
+        ("torch_rnn('x')", lambda: rnn.torch_rnn("x", 2, 3), V, "kind must be one of"),
+        ("ColumnRowParallelMLP(swiglu)",
+         lambda: distributed.ColumnRowParallelMLP(tl.FeedForward(8, 16, activation="swiglu"), 0, 2), V,
+         "dense.activation must be one of 'relu', 'gelu'"),
+        # models, kv_cache
+        ("DecoderOnlyLM(positional='x')", lambda: _gpt(positional="x"), V, "positional must be one of"),
+        ("DecoderOnlyLM(ffn=False, num_experts=2)", lambda: _gpt(ffn=False, num_experts=2), V, "num_experts needs ffn=True"),
+        ("DecoderOnlyLM(context_length=4)(6 tokens)", lambda: _gpt(context_length=4)(tokens), V,
+         "tokens: 6 positions exceed the context length 4"),
+        ("KVCache.update(k, v shapes)", lambda: tl.KVCache(1).update(0, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 2, 4)), V,
+         "expected k and v of equal shape"),
+        ("KVCache.update(other heads)", lambda: _filled_cache().update(0, torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4)),
+         V, "cached keys are"),
+        ("KVCache.update(layer=5)", lambda: tl.KVCache(1).update(5, torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4)), V,
+         "layer"),
+        ("KVCache.reorder(float)", lambda: tl.KVCache(1).reorder(torch.tensor([0.5])), V,
+         "index must be a 1-D integer tensor"),
+        ("KVCache.reorder(row 3 of 1)", lambda: _filled_cache().reorder(torch.tensor([3])), V,
+         r"index must hold batch rows in \[0, 1\)"),
+        ("step_times(ids too short)", lambda: kv_cache.step_times(_gpt(), tokens[:1, :3], [4]), V, r"ids must be \(1, L\)"),
+        # circuits
+        ("normalized_score(clean == corrupted)", lambda: circuits.normalized_score(1.0, 2.0, 2.0), V,
+         "clean and corrupted must differ"),
+        ("normalized_score(value='a')", lambda: circuits.normalized_score("a", 1.0, 2.0), T, "value must be a number"),
+        ("logit_difference(4-D)", lambda: circuits.logit_difference(torch.ones(2, 3, 4, 5), 0, 1), V,
+         r"logits must be float \(B, L, V\)"),
+        ("patch_residual_sweep(same prompts)",
+         lambda: circuits.patch_residual_sweep(_gpt(), tokens, tokens.clone(), 0, 1), V,
+         "clean and corrupted must differ: with the same prompts"),
+        ("ablated_logits_each(head_sets={})", lambda: circuits.ablated_logits_each(_gpt(), tokens, {(0, 0)}), T,
+         "head_sets must be a list"),
+        ("ablated_logits(reference shorter)",
+         lambda: circuits.ablated_logits(_gpt(), tokens, [(0, 0)], reference=tokens[:, :4]), V,
+         "reference must have as many positions as tokens"),
+        # probes, induction
+        ("k_composition_scores(1, 0)", lambda: induction.k_composition_scores(_gpt(2), 1, 0), V,
+         "earlier must be a block before later"),
+        ("in_context_loss(shapes)",
+         lambda: induction.in_context_loss(torch.randn(2, 5, 7), tokens[:, :4], torch.ones(2, 4, dtype=torch.bool)), V,
+         "in_context"),
+        ("phase_change_step(2 points)", lambda: induction.phase_change_step([1, 2], [1.0, 2.0]), V,
+         "steps and losses must be 1-D"),
+        ("train_induction(rope, no context)", lambda: induction.train_induction(_gpt(positional="rope"), 2, eval_every=1), V,
+         "context must be given"),
+        ("top_heads(1-D)", lambda: induction.top_heads(torch.randn(4), 1), V, r"scores must be \(layers, H\)"),
+        ("patch_activations(wrong shape)", lambda: _run_patched(_gpt(), tokens), V, "the patch for 'blocks.0'"),
+        ("record_attention(Linear)", lambda: probes.record_attention(nn.Linear(2, 2)).__enter__(), V,
+         "contains no attention module"),
+        ("record_attention(3)", lambda: probes.record_attention(3).__enter__(), T, "model must be an nn.Module"),
+        ("dependency_map(batched x)", lambda: probes.dependency_map(lambda t: t, torch.randn(2, 3, 4)), V,
+         "x must be one sequence"),
+        ("dependency_map(fn to a number)", lambda: probes.dependency_map(lambda t: t.sum(), torch.randn(3, 4)), V,
+         r"fn must return \(L_out, D_out\)"),
+        ("input_gradient_norms(no embed)",
+         lambda: probes.input_gradient_norms(nn.Linear(2, 2), tokens, torch.zeros(2, dtype=torch.long)), V,
+         "model must have an `embed` module"),
+        ("input_gradient_norms(labels)",
+         lambda: probes.input_gradient_norms(_gpt(), tokens, torch.zeros(3, dtype=torch.long)), V,
+         r"need tokens \(B, L\) and labels \(B,\)"),
+        ("head_scores(3-D)", lambda: probes.head_scores(torch.randn(2, 3, 4), tokens), V, r"weights must be \(B, H, L, L\)"),
+        ("head_scores(tokens)", lambda: probes.head_scores(torch.rand(2, 1, 6, 6), tokens[:, :5]), V, "do not match"),
+        # profiling, device
+        ("get_device(3)", lambda: tdevice.get_device(3), T, "prefer must be a device name"),
+        ("synchronize(True)", lambda: profiling.synchronize(True), T, "device must be a device name"),
+        ("time_call(cpu_time, meta)", lambda: profiling.time_call(lambda: None, cpu_time=True, device="meta"), V,
+         "cpu_time=True measures CPU work; it cannot time a meta device"),
+        # distributed
+        ("launch(timeout=0)", lambda: distributed.launch(_noop, 1, timeout=0), V, r"timeout \(seconds\) must be a finite"),
+        ("measure_allreduce(op='x')", lambda: distributed.measure_allreduce(0, 1, [4], op="x"), V, "op must be one of"),
+    ]
+
+
+def _noop(rank, world_size):
+    return rank
+
+
+def _run_patched(model, tokens):
+    with probes.patch_activations(model, {"blocks.0": torch.zeros(1)}):
+        model(tokens)
+
+
+MODEL_CASES = _model_cases()
+
+
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES])
+def test_each_bad_model_side_input_is_a_clear_error_naming_the_argument(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_read_config_refuses_an_onnx_file_that_export_onnx_did_not_write(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = _onnx_without_config(tmp_path)
+    with pytest.raises(ValueError, match="was not written by export_onnx: it has no 'config' output"):
+        export.read_config(path)
+
+
+def test_expert_parallel_forward_refuses_capacity_and_shared_experts(tmp_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        for kwargs in ({"capacity_factor": 1.0}, {"shared_experts": 1}):
+            layer = moe.MixtureOfExperts(8, 12, 2, 1, **kwargs)
+            with pytest.raises(ValueError, match="supports neither capacity_factor nor shared experts"):
+                moe.expert_parallel_forward(layer, torch.randn(3, 8))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: check_divisible("n", 6, 4, "k"), lambda: check_divisible("n", 7, 2),
+    lambda: check_features("x", torch.ones(2, 3), 4), lambda: check_features("x", torch.ones(3), dims=3),
+    lambda: check_same_batch("a", 1, "b", 2), lambda: check_tensor("t", [1]), lambda: check_callable("f", 1),
+    lambda: check_generator("g", 0),
+])
+def test_the_generic_rules_name_their_argument(call):
+    with pytest.raises((TypeError, ValueError)) as err:
+        call()
+    assert str(err.value).split()[0] in ("n", "x", "batch", "t", "f", "g")
+
+
+def test_the_generic_rules_accept_what_they_describe():
+    check_divisible("n", 8, 4, "k")
+    check_features("x", torch.ones(2, 3, 4), 4, dims=3)
+    check_same_batch("a", 2, "b", 2)
+    assert check_tensor("t", torch.ones(1)).shape == (1,)
+    check_callable("f", len)
+    check_generator("g", None)
+    check_generator("g", torch.Generator())

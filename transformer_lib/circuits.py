@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 
 from . import probes
-from ._checks.circuits import (check_ablation, check_answers, check_decoder, check_heads, check_index_list,
-                               check_prompt_pair)
+from ._checks.circuits import (check_ablation, check_answers, check_decoder, check_final_logits, check_head_sets,
+                               check_heads, check_index_list, check_prompt_pair, check_reference, check_score_values)
 from ._checks.scalars import check_int
 from ._checks.tokens import check_token_ids
 from .norms import RMSNorm
@@ -83,10 +83,7 @@ def logit_difference(logits: torch.Tensor, correct, wrong) -> torch.Tensor:
 
     A difference of logits is the log of the odds between the two answers, and it ignores
     everything the model does to the other 49,150 tokens: the measure the IOI paper uses."""
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    if logits.dim() not in (2, 3) or not logits.dtype.is_floating_point:
-        raise ValueError(f"logits must be float (B, L, V) or (B, V), got {logits.dtype} {tuple(logits.shape)}")
+    check_final_logits(logits)
     last = logits[:, -1] if logits.dim() == 3 else logits  # (B, V)
     B, V = last.shape
     c, w = check_answers("correct", correct, B, V), check_answers("wrong", wrong, B, V)
@@ -97,21 +94,14 @@ def logit_difference(logits: torch.Tensor, correct, wrong) -> torch.Tensor:
 def normalized_score(value, clean, corrupted):
     """``(value - corrupted) / (clean - corrupted)``: 1 where the clean answer is fully back, 0
     where the intervention did nothing to the corrupted run. Works on numbers and tensors."""
-    for name, v in (("value", value), ("clean", clean), ("corrupted", corrupted)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
-            raise TypeError(f"{name} must be a number or a tensor, got {type(v).__name__}")
-    gap = clean - corrupted
-    if bool(torch.as_tensor(gap).abs().min() < 1e-6):
-        raise ValueError("clean and corrupted must differ: with the same metric there is nothing to restore")
-    return (value - corrupted) / gap
+    check_score_values(value, clean, corrupted)
+    return (value - corrupted) / (clean - corrupted)
 
 
 def _first_difference(clean: torch.Tensor, corrupted: torch.Tensor) -> int:
-    """The first position where any clean prompt differs from its corruption."""
-    differs = (clean != corrupted).any(0).nonzero()
-    if not len(differs):
-        raise ValueError("clean and corrupted must differ: with the same prompts there is nothing to restore")
-    return int(differs[0])
+    """The first position where any clean prompt differs from its corruption (there is one:
+    ``check_prompt_pair`` refuses identical prompts)."""
+    return int((clean != corrupted).any(0).nonzero()[0])
 
 
 @torch.no_grad()
@@ -304,16 +294,11 @@ def ablated_logits_each(model: nn.Module, tokens: torch.Tensor, head_sets, how: 
     check_decoder(model)
     check_token_ids(tokens, _vocab(model))
     check_ablation(how)
-    if not isinstance(head_sets, (list, tuple)):
-        raise TypeError(f"head_sets must be a list of lists of (layer, head) pairs, got {type(head_sets).__name__}")
-    head_sets = [check_heads(heads, len(model.blocks), _num_heads(model)) for heads in head_sets]
+    head_sets = check_head_sets(head_sets, len(model.blocks), _num_heads(model))
     means, out = {}, []
     if how == "mean":
         reference = tokens if reference is None else reference
-        check_token_ids(reference, _vocab(model), "reference")
-        if reference.shape[1] != tokens.shape[1]:
-            raise ValueError(f"reference must have as many positions as tokens ({tokens.shape[1]}), "
-                             f"got {reference.shape[1]}")
+        check_reference(reference, tokens, _vocab(model))
         names = [f"blocks.{i}.hook_z" for i in sorted({i for heads in head_sets for i, _ in heads})]
         with probes.record_activations(model, names) as seen:
             model(reference)

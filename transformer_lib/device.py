@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from ._checks import check_int
+from ._checks import check_device, check_int
 
 __all__ = ["get_device", "seed_everything", "cpu_threads"]
 
@@ -24,15 +24,10 @@ def get_device(prefer: str | None = None) -> torch.device:
     ``prefer`` (or the environment variable ``TLIB_DEVICE``) forces a choice, e.g. ``"cpu"`` to
     reproduce the book's CPU numbers on a GPU machine.
     """
-    if prefer is not None and not isinstance(prefer, (str, torch.device)):
-        raise TypeError(f"prefer must be a device name such as 'cpu' or 'cuda', got {type(prefer).__name__}")
-    source = "prefer" if prefer else "TLIB_DEVICE"
-    prefer = prefer or os.environ.get("TLIB_DEVICE")
-    if prefer:
-        try:
-            return torch.device(prefer)
-        except RuntimeError:
-            raise ValueError(f"{source} must name a device ('cpu', 'cuda', 'cuda:1', 'mps'), got {prefer!r}") from None
+    if prefer is not None and prefer != "":  # "" (an unset variable passed on) means no preference
+        return check_device("prefer", prefer)
+    if os.environ.get("TLIB_DEVICE"):
+        return check_device("TLIB_DEVICE", os.environ["TLIB_DEVICE"])
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from ._checks.export import check_export_args, check_onnx_path
+from ._checks.export import check_export_args, check_exported, check_onnx_path
 from .model import DecoderOnlyLM
 
 __all__ = ["ExportGraph", "export_onnx", "read_config", "pattern_points", "EXPORT_OUTPUTS"]
@@ -123,7 +123,6 @@ def read_config(path) -> dict:
 
     path = check_onnx_path(path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    if "config" not in [o.name for o in session.get_outputs()]:
-        raise ValueError(f"{path} was not written by export_onnx: it has no 'config' output")
+    check_exported(path, [o.name for o in session.get_outputs()])
     blob = session.run(["config"], {"tokens": [[0]]})[0]
     return json.loads(bytes(blob).decode("utf-8"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_int, check_probability
+from ._checks import check_choice, check_features, check_int, check_probability
 import torch.nn.functional as F
 
 __all__ = ["FeedForward", "ACTIVATIONS"]
@@ -29,8 +29,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "relu",
                  dropout: float = 0.0, bias: bool = True, expansion: float = 4):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        check_choice("activation", activation, ACTIVATIONS)
         check_int("d_model", d_model)
         check_probability("dropout", dropout)
         d_ff = int(round(expansion * d_model)) if d_ff is None else d_ff
@@ -59,6 +58,5 @@ class FeedForward(nn.Module):
         self.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         return self.linear2(self.dropout(self.activations(x)))

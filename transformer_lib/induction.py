@@ -22,8 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_int, check_square_maps
-from ._checks.probes import check_block_index, check_module
+from ._checks import check_choice, check_divisible, check_generator, check_int, check_square_maps
+from ._checks.probes import (check_block_index, check_block_order, check_context, check_in_context, check_loss_curve,
+                             check_module, check_score_table)
 from .probes import patch_activations, record_activations
 from .training import causal_lm_loss, train_loop, warmup_schedule
 
@@ -53,12 +54,10 @@ def repeated_random_tokens(batch_size: int, length: int, vocab_size: int, min_re
     check_int("vocab_size", vocab_size, 2)
     check_int("low", low, 0, vocab_size - 2)
     if min_repeat is None:
-        if length % 2:
-            raise ValueError(f"length must be even when the second half repeats the first, got {length}")
+        check_divisible("length", length, 2, why=" (the second half repeats the first)")
     else:
         check_int("min_repeat", min_repeat, 2, length // 2)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    check_generator("generator", generator)
     half = length // 2
     tokens = torch.randint(low, vocab_size, (batch_size, length), generator=generator)  # (B, L)
     if min_repeat is None:
@@ -78,10 +77,8 @@ def in_context_loss(logits: torch.Tensor, tokens: torch.Tensor, in_context: torc
 
     On random tokens there are two levels to compare with: ln(V) for a model that guesses (the
     first half can never be better) and 0 for perfect copying."""
+    check_in_context(logits, tokens, in_context)
     B, L, V = logits.shape
-    if tokens.shape != (B, L) or in_context.shape != (B, L - 1):
-        raise ValueError(f"logits {tuple(logits.shape)}, tokens {tuple(tokens.shape)} and in_context "
-                         f"{tuple(in_context.shape)} do not match: need (B, L, V), (B, L), (B, L - 1)")
     losses = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none")
     return losses.view(B, L - 1)[in_context].mean()  # (B * (L-1),) -> (B, L-1) -> mean over marked
 
@@ -89,11 +86,7 @@ def in_context_loss(logits: torch.Tensor, tokens: torch.Tensor, in_context: torc
 def phase_change_step(steps, losses, window: int = 5) -> int:
     """The step at which a loss curve falls fastest: the centre of the ``window`` consecutive
     points (after smoothing each point with its neighbours) with the largest drop per step."""
-    steps, losses = torch.as_tensor(steps, dtype=torch.float64), torch.as_tensor(losses, dtype=torch.float64)
-    if steps.dim() != 1 or steps.shape != losses.shape or len(steps) < window + 2:
-        raise ValueError(f"steps and losses must be 1-D of the same length > window + 1 = {window + 1}, "
-                         f"got {tuple(steps.shape)} and {tuple(losses.shape)}")
-    check_int("window", window, 1)
+    steps, losses = check_loss_curve(steps, losses, window)
     smooth = F.avg_pool1d(losses[None, None], 3, stride=1, padding=1, count_include_pad=False)[0, 0]
     drop = (smooth[:-window] - smooth[window:]) / (steps[window:] - steps[:-window])  # per step
     i = int(torch.argmax(drop))
@@ -126,10 +119,8 @@ def train_induction(model: nn.Module, steps: int, batch_size: int = 64, min_repe
     check_int("eval_every", eval_every, 1, steps)
     check_int("warmup", warmup, 0)
     table = getattr(getattr(model, "pos", None), "max_len", None)  # a learned / sinusoidal table's length
-    if context is None and table is None:
-        raise ValueError("context must be given for a model without a position table (rotary, ALiBi)")
-    check_int("context", table if context is None else context, 4, table)
-    V, L = model.embed.num_embeddings, table if context is None else context
+    L = check_context(context, table)
+    V = model.embed.num_embeddings
     g = torch.Generator().manual_seed(seed)
     eval_tokens, eval_mask = repeated_random_tokens(eval_size, L, V, min_repeat, torch.Generator().manual_seed(seed + 1))
     shown, _ = repeated_random_tokens(1, L, V, None, torch.Generator().manual_seed(seed + 2))
@@ -186,9 +177,7 @@ def induction_scores(patterns: torch.Tensor, half: int) -> torch.Tensor:
 
 def top_heads(scores: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
     """The ``k`` best heads of a (layers, H) score table as ``("layer.head", score)``, best first."""
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be (layers, H), got shape {tuple(scores.shape)}")
-    check_int("k", k, 1, scores.numel())
+    check_score_table(scores, k)
     values, flat = scores.flatten().topk(k)
     H = scores.shape[1]
     return [(f"{int(i) // H}.{int(i) % H}", float(v)) for v, i in zip(values, flat)]
@@ -258,10 +247,7 @@ def k_composition_scores(model: nn.Module, earlier: int = 0, later: int = 1) -> 
     ``W_OV W_QK^T``. The score is that product's Frobenius norm relative to the two norms
     (Elhage et al. 2021): 1 when the earlier head writes exactly where the later head's keys read,
     and about :func:`composition_baseline` for unrelated matrices."""
-    check_block_index(model, earlier)
-    check_block_index(model, later)
-    if earlier >= later:
-        raise ValueError(f"earlier must be a block before later, got earlier={earlier}, later={later}")
+    check_block_order(model, earlier, later)
     W_OV = head_weights(model, earlier)["W_OV"]  # (H1, D, D)
     W_QK = head_weights(model, later)["W_QK"]  # (H2, D, D)
     return _composition(W_OV, W_QK.transpose(1, 2))  # (H1, H2)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_cache_sizes, check_int, check_new_cache
+from ._checks import (check_cache_sizes, check_cache_update, check_int, check_new_cache, check_reorder_index,
+                      check_step_times)
 from .profiling import median_time
 
 __all__ = ["KVCache", "cache_bytes_per_token", "step_times"]
@@ -58,13 +59,9 @@ class KVCache:
         return min(self.lengths)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_int("layer", layer, 0, self.num_layers - 1)
-        if k.dim() != 4 or k.shape != v.shape:
-            raise ValueError(f"expected k and v of equal shape (B, H_kv, L, d), got {tuple(k.shape)} and {tuple(v.shape)}")
+        check_cache_update(layer, k, v, self.keys)
         start, new = self.lengths[layer], k.shape[2]
         buf_k, buf_v = self.keys[layer], self.values[layer]
-        if buf_k is not None and (buf_k.shape[:2] != k.shape[:2] or buf_k.shape[3] != k.shape[3]):
-            raise ValueError(f"cached keys are (B, H_kv, ., d) = {tuple(buf_k.shape)}, new keys {tuple(k.shape)} do not fit")
         if buf_k is None or start + new > buf_k.shape[2]:
             capacity = max(self.initial_capacity, 2 * (start + new))
             B, H, _, d = k.shape
@@ -87,11 +84,7 @@ class KVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search: each surviving beam takes its parent's cache)."""
         batch = next((k.shape[0] for k in self.keys if k is not None), None)
-        if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.dtype.is_floating_point \
-                or index.dtype == torch.bool:
-            raise ValueError(f"index must be a 1-D integer tensor of batch rows, got {index!r}")
-        if batch is not None and index.numel() and (int(index.min()) < 0 or int(index.max()) >= batch):
-            raise ValueError(f"index must hold batch rows in [0, {batch}), got {index.tolist()}")
+        check_reorder_index(index, batch)
         for i in range(self.num_layers):
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, index)
@@ -120,13 +113,7 @@ def step_times(model, ids: torch.Tensor, contexts, repeat: int = 3) -> dict[str,
     Uncached: one forward pass over the ``c + 1`` tokens, what a decoder without a cache runs to
     get the same next-token logits. The difference is the point of the cache: the first grows
     little with ``c``, the second about linearly (chapter 17; ``benchmarks/generate.py``)."""
-    contexts = list(contexts)
-    for c in contexts:
-        check_int("contexts", c)
-    check_int("repeat", repeat)
-    if not contexts or ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] <= max(contexts):
-        raise ValueError(f"ids must be (1, L) with L > max(contexts) = {max(contexts, default=None)}, "
-                         f"got {tuple(ids.shape)}")
+    contexts = check_step_times(ids, contexts, repeat)
     cache = model.new_cache(initial_capacity=max(contexts) + 1)
     model(ids[:, :max(contexts)], cache=cache)
     measured = {}

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int
+from ._checks import check_choice, check_features, check_int, check_latent_sizes
 from .norms import RMSNorm
 
 
@@ -68,8 +68,7 @@ def cache_bytes_per_token(kind: str, *, num_heads: int = 1, head_dim: int = 1, n
               "gqa": lambda: 2 * (num_kv_heads or num_heads) * head_dim,
               "mqa": lambda: 2 * head_dim,
               "mla": lambda: kv_lora_rank + qk_rope_head_dim}
-    if kind not in widths:
-        raise ValueError(f"kind must be one of {sorted(widths)}, got {kind!r}")
+    check_choice("kind", kind, sorted(widths))
     return widths[kind]() * num_layers * bytes_per_element
 
 
@@ -88,12 +87,7 @@ class LatentAttention(nn.Module):
                         ("qk_nope_head_dim", qk_nope_head_dim), ("qk_rope_head_dim", qk_rope_head_dim),
                         ("v_head_dim", v_head_dim)]:
             check_int(name, v)
-        if qk_rope_head_dim % 2:
-            raise ValueError(f"qk_rope_head_dim must be even (RoPE rotates pairs), got {qk_rope_head_dim}")
-        full = num_heads * (qk_nope_head_dim + v_head_dim)
-        if kv_lora_rank >= full:
-            raise ValueError(f"kv_lora_rank ({kv_lora_rank}) must be smaller than num_heads * (qk_nope_head_dim"
-                             f" + v_head_dim) = {full}, the width it compresses")
+        check_latent_sizes(num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
         if q_lora_rank is not None:
             check_int("q_lora_rank", q_lora_rank)
         self.d_model, self.num_heads, self.kv_lora_rank = d_model, num_heads, kv_lora_rank
@@ -120,8 +114,7 @@ class LatentAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: LatentCache | None = None, layer: int = 0,
                 absorbed: bool = False) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (B, L, {self.d_model}), got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model, dims=3)
         B, L, _ = x.shape
         H, dn, dr, dv, r = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
         start = 0 if cache is None else cache.length(layer)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from ._checks import check_same_batch, check_torch_activation
 from .feedforward import FeedForward
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, make_norm
@@ -32,15 +32,6 @@ def _add_hook_points(block: nn.Module) -> None:
     """Give ``block`` the hook points of :data:`HOOK_POINTS` (no weights, no random numbers drawn)."""
     for name in HOOK_POINTS:
         setattr(block, name, nn.Identity())
-
-
-def _torch_activation_name(layer: nn.Module) -> str:
-    act = layer.activation
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or isinstance(act, nn.GELU):
-        return "gelu"
-    raise ValueError(f"only relu and gelu activations can be copied, got {act!r}")
 
 
 def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
@@ -58,7 +49,7 @@ def _from_torch(cls, layer: nn.Module, attention_names: tuple[str, ...], norm_na
     """
     sa = layer.self_attn
     ours = cls(sa.embed_dim, sa.num_heads, layer.linear1.out_features, dropout=layer.dropout.p,
-               activation=_torch_activation_name(layer), norm_first=layer.norm_first,
+               activation=check_torch_activation("layer.activation", layer.activation), norm_first=layer.norm_first,
                bias=sa.in_proj_bias is not None)
     for ours_name, torch_name in zip(("self_attn", "cross_attn"), attention_names):
         setattr(ours, ours_name, MultiHeadAttention.from_torch(getattr(layer, torch_name)))
@@ -163,8 +154,7 @@ class DecoderLayer(nn.Module):
                 memory_mask: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
         """``cache``/``layer`` cache the self-attention's keys and values only; cross-attention
         reads the (fixed) memory again at every step."""
-        if x.shape[0] != memory.shape[0]:
-            raise ValueError(f"batch sizes differ: target {x.shape[0]} vs memory {memory.shape[0]}")
+        check_same_batch("target", x.shape[0], "memory", memory.shape[0])
         if self.norm_first:
             x = x + self._sa(self.norm1(x), self_mask, cache, layer)
             x = x + self._ca(self.norm2(x), memory, memory_mask)

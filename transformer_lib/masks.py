@@ -14,7 +14,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ._checks import check_bool, check_int, check_positions_list
+from ._checks import (check_bigbird_blocks, check_bool, check_bool_mask, check_bool_masks, check_causal_lengths,
+                      check_int, check_layout_to_mask, check_positions_list, check_sequence_lengths, check_torch_mask)
 
 __all__ = [
     "causal_mask",
@@ -52,8 +53,7 @@ def causal_mask(L_q: int, L_k: int | None = None, device=None) -> torch.Tensor:
     L_k = L_q if L_k is None else L_k
     check_int("L_q", L_q)
     check_int("L_k", L_k)
-    if L_k < L_q:
-        raise ValueError(f"L_k must be >= L_q (the keys include the queries' own), got L_q={L_q}, L_k={L_k}")
+    check_causal_lengths(L_q, L_k)
     i, j = _positions(L_q, L_k, device)
     return j <= i + (L_k - L_q)  # (L_q, L_k)
 
@@ -78,21 +78,7 @@ def padding_mask(lengths: Sequence[int] | torch.Tensor, max_len: int | None = No
 
     The two singleton axes broadcast over heads and queries, so every query ignores the pads.
     """
-    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (torch.Tensor, list, tuple, range)):
-        raise TypeError(f"lengths must be a list or 1-D tensor of integers, got {type(lengths).__name__}")
-    lengths = torch.as_tensor(lengths, device=device)
-    if lengths.dim() != 1 or lengths.numel() == 0:
-        raise ValueError(f"lengths must be 1-D (one length per sequence, at least one), got shape {tuple(lengths.shape)}")
-    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-        raise ValueError(f"lengths must be integers, got dtype {lengths.dtype}")
-    if (lengths < 0).any():
-        raise ValueError(f"lengths must be non-negative, got {lengths.tolist()}")
-    if max_len is None:
-        max_len = int(lengths.max())
-    else:
-        check_int("max_len", max_len, 0)
-    if (lengths > max_len).any():
-        raise ValueError(f"a length exceeds max_len={max_len}: {lengths.tolist()}")
+    lengths, max_len = check_sequence_lengths(lengths, max_len, device)
     j = torch.arange(max_len, device=lengths.device)  # (L,)
     keep = j.unsqueeze(0) < lengths.unsqueeze(1)  # (B, L)
     return keep[:, None, None, :]  # (B, 1, 1, L)
@@ -154,16 +140,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
     A key is visible only if every mask allows it: e.g. ``combine_masks(causal, padding)``.
     """
-    for m in masks:
-        if m is not None and not isinstance(m, torch.Tensor):
-            raise TypeError(f"masks must be boolean tensors or None, got {type(m).__name__}")
-        if m is not None and m.dtype != torch.bool:
-            raise ValueError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
-    shapes = [tuple(m.shape) for m in masks if m is not None]
-    try:
-        torch.broadcast_shapes(*shapes)
-    except RuntimeError:
-        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+    check_bool_masks(masks)
     result = None
     for m in masks:
         if m is not None:
@@ -173,10 +150,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 def to_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
     """Our convention (True = may attend) -> ``nn.MultiheadAttention``'s (True = blocked)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"expected a boolean mask, got dtype {mask.dtype}")
+    check_bool_mask("mask", mask)
     return ~mask
 
 
@@ -186,23 +160,13 @@ def from_torch_mha_mask(mask: torch.Tensor) -> torch.Tensor:
     A float mask is additive: 0 keeps a key, ``-inf`` blocks it. A NaN entry is refused (it is
     neither, and would silently become "blocked").
     """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.is_floating_point() and torch.isnan(mask).any():
-        raise ValueError("mask holds NaN: an additive mask is 0 (keep) or -inf (block)")
-    if mask.dtype == torch.bool:
-        return ~mask
-    if mask.is_floating_point():
-        return mask == 0
-    raise ValueError(f"expected a boolean or float mask, got dtype {mask.dtype}")
+    check_torch_mask("mask", mask)
+    return ~mask if mask.dtype == torch.bool else mask == 0
 
 
 def key_padding_to_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """torch's ``key_padding_mask`` (B, L_k), True = pad, -> our (B, 1, 1, L_k), True = real."""
-    if not isinstance(key_padding_mask, torch.Tensor):
-        raise TypeError(f"key_padding_mask must be a torch.Tensor (B, L_k), got {type(key_padding_mask).__name__}")
-    if key_padding_mask.dim() != 2:
-        raise ValueError(f"key_padding_mask must be (B, L_k), got shape {tuple(key_padding_mask.shape)}")
+    check_torch_mask("key_padding_mask", key_padding_mask, dims=2)
     return from_torch_mha_mask(key_padding_mask)[:, None, None, :]  # (B, 1, 1, L_k)
 
 
@@ -249,13 +213,7 @@ def bigbird_block_layout(num_blocks: int, window_blocks: int = 3, global_blocks:
     blocks drawn at random (seeded, so the pattern is reproducible) among those it does not
     already see. :func:`layout_to_mask` turns it into a token mask.
     """
-    check_int("num_blocks", num_blocks)
-    check_int("window_blocks", window_blocks)
-    check_int("global_blocks", global_blocks, 0)
-    check_int("random_blocks", random_blocks, 0)
-    check_int("seed", seed, 0)
-    if global_blocks > num_blocks:
-        raise ValueError(f"global_blocks={global_blocks} exceeds num_blocks={num_blocks}")
+    check_bigbird_blocks(num_blocks, window_blocks, global_blocks, random_blocks, seed)
     r = torch.arange(num_blocks)
     layout = (r[:, None] - r[None, :]).abs() <= window_blocks // 2  # (nb, nb) window of blocks
     layout[:global_blocks, :] = True  # global blocks see everything ...
@@ -270,13 +228,7 @@ def bigbird_block_layout(num_blocks: int, window_blocks: int = 3, global_blocks:
 
 def layout_to_mask(layout: torch.Tensor, block_size: int, L: int | None = None) -> torch.Tensor:
     """Expand a (nb, nb) block layout to an (L, L) token mask (cut to ``L`` if given)."""
-    if not isinstance(layout, torch.Tensor) or layout.dtype != torch.bool or layout.dim() != 2 \
-            or layout.shape[0] != layout.shape[1]:
-        got = f"{layout.dtype} {tuple(layout.shape)}" if isinstance(layout, torch.Tensor) else type(layout).__name__
-        raise ValueError(f"layout must be a square boolean (nb, nb) tensor, got {got}")
-    check_int("block_size", block_size)
-    if L is not None and not (isinstance(L, int) and 1 <= L <= layout.shape[0] * block_size):
-        raise ValueError(f"L must lie in [1, {layout.shape[0] * block_size}] for this layout, got {L!r}")
+    check_layout_to_mask(layout, block_size, L)
     mask = layout.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)  # (nb*b, nb*b)
     return mask if L is None else mask[:L, :L]
 

@@ -21,7 +21,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_cache, check_int, check_number, check_token_ids
+from ._checks import (check_cache, check_context_length, check_decoder_options, check_int, check_number,
+                      check_same_batch, check_token_ids)
 from .layers import DecoderLayer, EncoderLayer
 from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
@@ -92,8 +93,7 @@ class Transformer(nn.Module):
         self.decoder = Decoder(dec, num_decoder_layers, LayerNorm(d_model, eps) if final_norm else None)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None):
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(f"batch sizes differ: src {src.shape[0]} vs tgt {tgt.shape[0]}")
+        check_same_batch("src", src.shape[0], "tgt", tgt.shape[0])
         memory = self.encoder(src, src_mask)
         return self.decoder(tgt, memory, tgt_mask, memory_mask)
 
@@ -198,8 +198,7 @@ class ConditionedDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
         check_token_ids(tokens, self.model.tgt_embed.num_embeddings)
-        if tokens.shape[0] != self.memory.shape[0]:
-            raise ValueError(f"tokens has {tokens.shape[0]} rows but the source has {self.memory.shape[0]}")
+        check_same_batch("tokens", tokens.shape[0], "source", self.memory.shape[0])
         return self.model.decode(tokens, self.memory, self.memory_mask, cache=cache)  # (B, L, V)
 
 
@@ -254,8 +253,7 @@ class DecoderOnlyLM(nn.Module):
         if context_length is not None:
             check_int("context_length", context_length)
         self.context_length = context_length
-        if positional not in ("sinusoidal", "learned", "rope", "alibi", "none"):
-            raise ValueError(f"unknown positional scheme {positional!r}")
+        check_decoder_options(positional, ffn, num_experts)
         d_ff = 4 * d_model if d_ff is None else d_ff
         self.positional, self.num_heads, self.max_len = positional, num_heads, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -272,8 +270,6 @@ class DecoderOnlyLM(nn.Module):
                          rotary=rotary, bias=bias, ffn=ffn, num_kv_heads=num_kv_heads)
             for _ in range(num_layers))
         if num_experts is not None:
-            if not ffn:
-                raise ValueError("num_experts needs ffn=True: experts replace the blocks' FFN")
             moe_decoder(self, num_experts=num_experts, top_k=top_k)  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
         self.norm = make_norm(norm, d_model, norm_eps) if norm_first else None
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -295,11 +291,7 @@ class DecoderOnlyLM(nn.Module):
         return KVCache(len(self.blocks), initial_capacity)
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
-        if self.context_length is not None and tokens.dim() == 2:
-            past = 0 if cache is None else getattr(cache, "length", 0)
-            if past + tokens.shape[1] > self.context_length:
-                raise ValueError(f"tokens: {past + tokens.shape[1]} positions exceed the context length "
-                                 f"{self.context_length} ({past} cached + {tokens.shape[1]} new)")
+        check_context_length(tokens, cache, self.context_length)
         if cache is not None and self.decode_step is not None:
             logits = self.decode_step(self, tokens, cache)
             if logits is not None:

@@ -17,14 +17,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int
+from ._checks import (check_expert_parallel, check_experts, check_features, check_int, check_moe_decoder,
+                      check_router_logits, check_top_k)
 from .feedforward import FeedForward
-
-
-def _check_top_k(top_k, num_experts: int) -> None:
-    check_int("top_k", top_k)
-    if top_k > num_experts:
-        raise ValueError(f"top_k must be <= num_experts ({num_experts}), got {top_k}")
 
 
 def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,9 +27,8 @@ def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.
 
     router_logits (N, E) -> weights (N, k) summing to one per token, indices (N, k) of experts.
     """
-    if router_logits.dim() != 2:
-        raise ValueError(f"router_logits must be (tokens, num_experts), got shape {tuple(router_logits.shape)}")
-    _check_top_k(top_k, router_logits.shape[-1])
+    check_router_logits(router_logits)
+    check_top_k(top_k, router_logits.shape[-1])
     probs = F.softmax(router_logits.float(), dim=-1)                   # (N, E)
     weights, indices = torch.topk(probs, top_k, dim=-1)                # (N, k) each
     weights = weights / weights.sum(dim=-1, keepdim=True)              # (N, k), rows sum to 1
@@ -50,22 +44,9 @@ def load_balancing_loss(router_logits, top_k: int, num_experts: int | None = Non
     expert with probability one gives ``E * top_k``. ``router_logits`` is one (N, E) tensor or a
     tuple/list of them (one per layer; concatenated over tokens, as transformers does).
     """
-    if isinstance(router_logits, (tuple, list)):
-        if len(router_logits) == 0:
-            raise ValueError("router_logits must not be an empty sequence")
-        shapes = {t.shape[-1] if isinstance(t, torch.Tensor) else None for t in router_logits}
-        if len(shapes) != 1 or None in shapes:
-            raise ValueError("router_logits: every layer's tensor must have the same number of experts")
-        if any(t.dim() != 2 for t in router_logits):
-            raise ValueError("router_logits: each layer's tensor must be (tokens, num_experts)")
-        router_logits = torch.cat(list(router_logits), dim=0)         # (layers * N, E)
-    if not isinstance(router_logits, torch.Tensor) or router_logits.dim() != 2:
-        raise ValueError(f"router_logits must be a (tokens, num_experts) tensor, got "
-                         f"{getattr(router_logits, 'shape', type(router_logits))}")
+    router_logits = check_router_logits(router_logits, num_experts)  # (layers * N, E): layers concatenated
     E = router_logits.shape[-1]
-    if num_experts is not None and num_experts != E:
-        raise ValueError(f"router_logits has {E} experts in its last dim, num_experts says {num_experts}")
-    _check_top_k(top_k, E)
+    check_top_k(top_k, E)
     probs = F.softmax(router_logits.float(), dim=-1)                   # (N, E)
     _, chosen = torch.topk(probs, top_k, dim=-1)                       # (N, k)
     counts = F.one_hot(chosen, E).float()                              # (N, k, E)
@@ -89,11 +70,8 @@ class MixtureOfExperts(nn.Module):
         check_int("d_model", d_model)
         check_int("d_ff", d_ff)
         check_int("num_experts", num_experts)
-        _check_top_k(top_k, num_experts)
-        if not isinstance(shared_experts, int) or shared_experts < 0:
-            raise ValueError(f"shared_experts must be an int >= 0, got {shared_experts!r}")
-        if capacity_factor is not None and not (isinstance(capacity_factor, (int, float)) and capacity_factor > 0):
-            raise ValueError(f"capacity_factor must be None or > 0, got {capacity_factor!r}")
+        check_top_k(top_k, num_experts)
+        check_experts(shared_experts, capacity_factor)
         self.d_model, self.d_ff, self.num_experts, self.top_k = d_model, d_ff, num_experts, top_k
         self.capacity_factor = capacity_factor
         self.router = nn.Linear(d_model, num_experts, bias=False)      # W_r: (E, D)
@@ -113,8 +91,7 @@ class MixtureOfExperts(nn.Module):
         return int(-(-self.capacity_factor * num_tokens * self.top_k // self.num_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() < 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (..., {self.d_model}), got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model, min_dims=2)
         shape = x.shape
         flat = x.reshape(-1, self.d_model)                              # (N, D)
         logits = self.hook_router_logits(self.router(flat))             # (N, E)
@@ -169,13 +146,10 @@ def moe_decoder(model: nn.Module, num_experts: int, top_k: int = 2, d_ff: int | 
     Returns the model.
     """
     check_int("num_experts", num_experts)
-    _check_top_k(top_k, num_experts)
-    if not hasattr(model, "blocks"):
-        raise ValueError("model must have .blocks (a DecoderOnlyLM)")
+    check_top_k(top_k, num_experts)
+    check_moe_decoder(model, copy_dense, [getattr(ffn_of(b), "activation", None) for b in getattr(model, "blocks", ())])
     for block in model.blocks:
         dense = ffn_of(block)
-        if copy_dense and getattr(dense, "activation", None) != "swiglu":
-            raise ValueError("copy_dense needs a SwiGLU FFN (activation='swiglu')")
         bias = dense.linear1.bias is not None
         moe = MixtureOfExperts(dense.d_model, d_ff or dense.d_ff, num_experts, top_k, bias=bias, **kwargs)
         moe.to(dense.linear1.weight.device, dense.linear1.weight.dtype)
@@ -203,10 +177,7 @@ def expert_parallel_forward(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Ten
 
     W, rank = dist.get_world_size(), dist.get_rank()
     E = moe.num_experts
-    if E % W:
-        raise ValueError(f"num_experts ({E}) must be divisible by the world size ({W})")
-    if moe.capacity_factor is not None or len(moe.shared):
-        raise ValueError("moe: expert_parallel_forward supports neither capacity_factor nor shared experts")
+    check_expert_parallel(E, W, moe.capacity_factor, len(moe.shared))
     per_rank = E // W
     flat = x.reshape(-1, moe.d_model)                                   # (N, D)
     weights, indices = route(moe.router(flat), moe.top_k)               # (N, k) each

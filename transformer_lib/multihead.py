@@ -27,8 +27,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_cache_layer, check_floating, check_mask, check_int, check_probability
-from ._checks.attention import check_score_bias
+from ._checks import (check_cache_layer, check_causal_lengths, check_divisible, check_int, check_mask,
+                      check_mha_inputs, check_probability, check_score_bias, check_torch_mha)
 from .attention import _attention, _attention_fast
 from .masks import causal_mask
 
@@ -96,14 +96,11 @@ class MultiHeadAttention(nn.Module):
         check_int("num_heads", num_heads)
         check_int("num_kv_heads", num_kv_heads)
         check_probability("dropout", dropout)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}) "
-                             "so that each key/value head serves the same number of query heads")
+        check_divisible("num_heads", num_heads, num_kv_heads, "num_kv_heads",
+                        " so that each key/value head serves the same number of query heads")
         if head_dim is None:
-            if d_model % num_heads != 0:
-                raise ValueError(
-                    f"d_model ({d_model}) must be divisible by num_heads ({num_heads}) so that each "
-                    f"head gets head_dim = d_model / num_heads features, or pass head_dim")
+            check_divisible("d_model", d_model, num_heads, "num_heads",
+                            " so that each head gets head_dim = d_model / num_heads features, or pass head_dim")
             head_dim = d_model // num_heads
         check_int("head_dim", head_dim)
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = d_model, num_heads, num_kv_heads, head_dim
@@ -120,19 +117,7 @@ class MultiHeadAttention(nn.Module):
                 need_weights: bool = False, bias: torch.Tensor | None = None, causal: bool = False,
                 cache=None, layer: int = 0,
                 hook_z: nn.Module | None = None, hook_pattern: nn.Module | None = None):
-        if cache is not None and any(t is not None and t is not query for t in (key, value)):
-            raise ValueError("cache is for self-attention only: pass the query alone (key=value=None)")
-        key = query if key is None else key
-        value = key if value is None else value
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            check_floating(name, t)
-            if t.dim() != 3 or t.shape[-1] != self.d_model:
-                raise ValueError(f"{name} must be (B, L, {self.d_model}), got shape {tuple(t.shape)}")
-        if not (query.shape[0] == key.shape[0] == value.shape[0]):
-            raise ValueError(
-                f"batch sizes differ: query {query.shape[0]}, key/memory {key.shape[0]}, value {value.shape[0]}")
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
+        key, value = check_mha_inputs(query, key, value, self.d_model, cached=cache is not None)
         B, L_q = query.shape[0], query.shape[1]
         past = 0
         if cache is not None:
@@ -141,9 +126,8 @@ class MultiHeadAttention(nn.Module):
         L_k = past + key.shape[1]
         check_mask(mask, (B, self.num_heads, L_q, L_k))  # checked once here, before the cache changes
         check_score_bias(bias, (B, self.num_heads, L_q, L_k))
-        if causal and L_q > L_k:
-            raise ValueError(f"causal attention needs at least as many keys as queries, got {L_q} queries "
-                             f"and {L_k} keys")
+        if causal:
+            check_causal_lengths(L_q, L_k)
 
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d)
         k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, L_k, d)
@@ -179,10 +163,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of a ``torch.nn.MultiheadAttention`` (same embed_dim for q, k, v)."""
-        if not mha._qkv_same_embed_dim:
-            raise ValueError("only nn.MultiheadAttention with kdim == vdim == embed_dim is supported")
-        if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("add_bias_kv / add_zero_attn are not supported")
+        check_torch_mha(mha)
         has_bias = mha.in_proj_bias is not None
         ours = cls(mha.embed_dim, mha.num_heads, bias=has_bias, dropout=mha.dropout)
         ours = ours.to(device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_int, check_number, check_probability
+from ._checks import check_choice, check_features, check_int, check_number, check_probability, check_torch_layer_norm
 
 __all__ = ["LayerNorm", "RMSNorm", "TokenBatchNorm", "make_norm"]
 
@@ -34,8 +34,7 @@ class LayerNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         mean = x.mean(dim=-1, keepdim=True)  # (..., 1) one mean per token
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1) biased, like the paper
         x_hat = (x - mean) / torch.sqrt(var + self.eps)
@@ -46,8 +45,7 @@ class LayerNorm(nn.Module):
     @classmethod
     def from_torch(cls, ln: nn.LayerNorm) -> "LayerNorm":
         """Copy gamma/beta/eps of a ``torch.nn.LayerNorm`` over a single last dimension."""
-        if len(ln.normalized_shape) != 1:
-            raise ValueError("only LayerNorm over one (the last) dimension is supported")
+        check_torch_layer_norm(ln)
         ours = cls(ln.normalized_shape[0], eps=ln.eps, elementwise_affine=ln.elementwise_affine)
         if ln.elementwise_affine:
             ours = ours.to(device=ln.weight.device, dtype=ln.weight.dtype)
@@ -76,8 +74,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"expected last dim {self.d_model}, got shape {tuple(x.shape)}")
+        check_features("x", x, self.d_model)
         inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1): 1 / rms
         return self.weight * (x * inv_rms)  # the same rounding as Llama / torch.nn.RMSNorm (chapter 17 parity)
 
@@ -99,16 +96,12 @@ class TokenBatchNorm(nn.Module):
         self.bn = nn.BatchNorm1d(d_model, eps=eps, momentum=momentum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3:
-            raise ValueError(f"expected (B, L, D), got shape {tuple(x.shape)}")
+        check_features("x", x, dims=3)
         B, L, D = x.shape
         return self.bn(x.reshape(B * L, D)).view(B, L, D)  # tokens as the batch axis
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
     """'layer' -> LayerNorm, 'rms' -> RMSNorm."""
-    if kind == "layer":
-        return LayerNorm(d_model, eps=eps)
-    if kind == "rms":
-        return RMSNorm(d_model, eps=eps)
-    raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")
+    check_choice("norm", kind, ("layer", "rms"))
+    return LayerNorm(d_model, eps=eps) if kind == "layer" else RMSNorm(d_model, eps=eps)

@@ -15,7 +15,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import check_int, check_positions, check_number, check_probability
+from ._checks import (check_choice, check_divisible, check_int, check_number, check_positions, check_positions_fit,
+                      check_probability, check_rotary_positions)
 
 __all__ = [
     "sinusoidal_encoding",
@@ -41,8 +42,7 @@ def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> tor
     check_int("length", length)
     check_int("d_model", d_model)
     check_number("base", base, 0, low_open=True)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    check_divisible("d_model", d_model, 2, why=" (sin/cos pairs)")
     pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
     angles = pos * inv_freq  # (L, d/2)
@@ -89,10 +89,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         check_int("offset", offset, 0)
         L = x.shape[1]
-        if offset + L > self.max_len:
-            raise ValueError(
-                f"sequence of length {offset + L} is longer than the learned position table "
-                f"(max_len={self.max_len}); a learned embedding has no vector for later positions")
+        check_positions_fit(offset + L, self.max_len)
         positions = torch.arange(offset, offset + L, device=x.device)
         return self.dropout(x + self.embedding(positions))  # (B, L, D) + (L, D)
 
@@ -117,14 +114,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
     llama.cpp's GGUF layout. ``style="halves"``: pairs are (x[i], x[i + d/2]), as in the original
     Llama / SmolLM2 checkpoints ("rotate_half"). The two are the same rotation up to a fixed
     permutation of the features, which a model folds into its W^Q and W^K (chapter 17)."""
+    check_choice("style", style, ROTARY_STYLES)
     if style == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
         pairs = (x_even * cos - x_odd * sin, x_even * sin + x_odd * cos)  # (..., L, d/2) each
         return torch.stack(pairs, dim=-1).flatten(-2)  # (..., L, d/2, 2) -> (..., L, d): pairs side by side
-    if style == "halves":
-        x1, x2 = x.chunk(2, dim=-1)  # (..., L, d/2) each
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., L, d)
-    raise ValueError(f"style must be one of {ROTARY_STYLES}, got {style!r}")
+    x1, x2 = x.chunk(2, dim=-1)  # "halves": (..., L, d/2) each
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., L, d)
 
 
 def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
@@ -132,13 +128,9 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
     """Rotate the feature pairs of ``x`` (..., L, d) by ``pos * theta_i``, ``theta_i = base^(-2i/d)``
     (pairs as ``style`` says: see :func:`rotate`). Because rotations compose,
     <R(m) q, R(n) k> = <q, R(n - m) k>."""
-    d = x.shape[-1]
-    if d % 2:
-        raise ValueError(f"RoPE needs an even head dimension, got {d}")
     check_positions(positions)
-    if x.dim() < 2 or positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
-        raise ValueError(f"positions must be 1-D with one position per row of x (L = {x.shape[-2] if x.dim() > 1 else '?'}), "
-                         f"got shape {tuple(positions.shape)}")
+    check_rotary_positions(x, positions)
+    d = x.shape[-1]
     angles = rotary_angles(positions, d, base)  # (L, d/2)
     return rotate(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype), style)
 
@@ -151,10 +143,8 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         check_int("head_dim", head_dim)
         check_number("base", base, 0, low_open=True)
-        if head_dim % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
-        if style not in ROTARY_STYLES:
-            raise ValueError(f"style must be one of {ROTARY_STYLES}, got {style!r}")
+        check_divisible("head_dim", head_dim, 2, why=" (RoPE rotates pairs)")
+        check_choice("style", style, ROTARY_STYLES)
         self.head_dim, self.base, self.style = head_dim, base, style
         self._table = None  # (cos, sin), each (L_max, d/2): decoding reuses it token after token
 

@@ -40,6 +40,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ._checks import check_callable, check_device, check_module, check_timing
+
 __all__ = ["time_call", "median_time", "synchronize", "peak_memory", "machine_info", "count_flops", "FlopCount",
            "trace_ops", "OpTrace"]
 
@@ -48,10 +50,7 @@ STATISTICS = {"min": min, "median": statistics.median}
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait until every queued kernel on ``device`` has finished (no-op on the CPU)."""
-    try:
-        kind = torch.device(device).type if device is not None else None
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must name a device ('cpu', 'cuda', 'mps'), got {device!r}") from None
+    kind = check_device("device", device, index_ok=True).type if device is not None else None
     if kind in (None, "cuda") and torch.cuda.is_available():
         torch.cuda.synchronize()
     if kind in (None, "mps") and getattr(torch.backends, "mps", None) is not None \
@@ -75,18 +74,8 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
 
     ``statistic``: ``"min"`` (default; the least disturbed run) or ``"median"`` (the typical run).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"need repeats >= 1 and warmup >= 0 (integers), got {name}={value!r}")
-    if not isinstance(cpu_time, bool):
-        raise TypeError(f"cpu_time must be True or False, got {cpu_time!r}")
-    synchronize(device)  # checks the device name before anything runs
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}")
-    if cpu_time and device is not None and torch.device(device).type != "cpu":
-        raise ValueError(f"cpu_time=True measures CPU work; it cannot time a {torch.device(device).type} device")
+    check_timing(fn, repeats, warmup, cpu_time, statistic, STATISTICS, device)
+    synchronize(device)
     clock = time.thread_time if cpu_time else time.perf_counter
     threads = torch.get_num_threads()
     if cpu_time:
@@ -176,8 +165,7 @@ def peak_memory(fn: Callable[[], object], device=None) -> float | None:
     Python's ``tracemalloc`` would not see torch's buffers at all. Returns None where neither is
     available. Resolution: a few hundred KiB.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    check_callable("fn", fn)
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -245,8 +233,7 @@ def count_flops(module: torch.nn.Module, *args, **kwargs) -> FlopCount:
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, "module")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         module(*args, **kwargs)
     counts = counter.get_flop_counts()
@@ -333,8 +320,7 @@ def trace_ops(fn: Callable, *args, **kwargs) -> OpTrace:
     whole ``nn.RNN`` as one kernel that still loops over the n steps internally, so read the
     depth as a count of *dispatched* dependent operations.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    check_callable("fn", fn)
     mode = _DepthMode()
     with torch.no_grad(), mode:
         fn(*args, **kwargs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._checks import check_int
+from ._checks import check_choice, check_features, check_int, check_torch_rnn
 
 __all__ = ["ElmanRNN", "torch_rnn", "RNNClassifier"]
 
@@ -32,8 +32,7 @@ class ElmanRNN(nn.Module):
         self.hh = nn.Linear(hidden_size, hidden_size)  # W_hh, b_hh
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None):
-        if x.dim() != 3 or x.shape[-1] != self.input_size:
-            raise ValueError(f"expected (B, L, {self.input_size}), got shape {tuple(x.shape)}")
+        check_features("x", x, self.input_size, dims=3)
         B, L, _ = x.shape
         h = x.new_zeros(B, self.hidden_size) if h0 is None else h0
         x_proj = self.ih(x)  # (B, L, hidden): the input part has no dependency between steps
@@ -46,8 +45,7 @@ class ElmanRNN(nn.Module):
     @classmethod
     def from_torch(cls, rnn: nn.RNN) -> "ElmanRNN":
         """Copy a single-layer, unidirectional tanh ``torch.nn.RNN``."""
-        if rnn.num_layers != 1 or rnn.bidirectional or rnn.nonlinearity != "tanh" or not rnn.bias:
-            raise ValueError("only single-layer, unidirectional tanh nn.RNN with bias can be copied")
+        check_torch_rnn(rnn)
         ours = cls(rnn.input_size, rnn.hidden_size).to(rnn.weight_ih_l0.device)
         with torch.no_grad():
             ours.ih.weight.copy_(rnn.weight_ih_l0)
@@ -60,8 +58,7 @@ class ElmanRNN(nn.Module):
 def torch_rnn(kind: str, input_size: int, hidden_size: int, num_layers: int = 1) -> nn.Module:
     """``nn.RNN`` or ``nn.GRU`` (batch_first=True): the fused-kernel baselines."""
     kinds = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
-    if kind not in kinds:
-        raise ValueError(f"kind must be one of {sorted(kinds)}, got {kind!r}")
+    check_choice("kind", kind, sorted(kinds))
     return kinds[kind](input_size, hidden_size, num_layers=num_layers, batch_first=True)
 
 

@@ -36,7 +36,8 @@ import math
 
 import torch
 
-from ._checks import check_bool, check_int, check_floating, check_mask, check_qkv
+from ._checks import (check_bool, check_causal_lengths, check_int, check_mask, check_nonempty_qkv,
+                      check_online_softmax_state, check_partial_attention, check_qkv, check_same_dtype, check_scores)
 
 __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_partial_attention",
            "tile_schedule", "count_tiles"]
@@ -53,9 +54,8 @@ def _check_lengths(L_q, L_k, causal) -> None:
     check_int("L_q", L_q)
     check_int("L_k", L_k)
     check_bool("causal", causal)
-    if causal and L_k < L_q:
-        raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "
-                         f"got L_q={L_q}, L_k={L_k}")
+    if causal:
+        check_causal_lengths(L_q, L_k)
 
 
 def _safe_shift(m: torch.Tensor) -> torch.Tensor:
@@ -79,11 +79,7 @@ def online_softmax_step(running_max: torch.Tensor, running_sum: torch.Tensor,
     Returns ``(m_new, l_new)`` with ``l_new = exp(m - m_new) * l + sum exp(scores - m_new)``.
     Every exponent is ``<= 0``, so nothing overflows, whatever the scores' size.
     """
-    for name, t in (("running_max", running_max), ("running_sum", running_sum), ("scores", scores)):
-        check_floating(name, t)
-    if scores.dim() < 1 or running_max.shape != scores.shape[:-1] or running_sum.shape != running_max.shape:
-        raise ValueError(f"running_max and running_sum must be (...,) and scores (..., block), got "
-                         f"{tuple(running_max.shape)}, {tuple(running_sum.shape)}, {tuple(scores.shape)}")
+    check_online_softmax_state(running_max, running_sum, scores)
     m_new = torch.maximum(running_max, scores.amax(dim=-1))  # (...,)
     shift = _safe_shift(m_new)
     rescale = torch.exp(running_max - shift)  # exp(m - m_new) <= 1; 0 while nothing was visible
@@ -100,9 +96,7 @@ def online_softmax(scores: torch.Tensor, block: int = 64) -> torch.Tensor:
     at once, which is what :func:`tiled_attention` exploits.
     """
     _check_block("block", block)
-    check_floating("scores", scores)
-    if scores.dim() < 1 or scores.shape[-1] < 1:
-        raise ValueError(f"scores must have at least one dimension of size >= 1, got shape {tuple(scores.shape)}")
+    check_scores(scores)
     m = torch.full(scores.shape[:-1], float("-inf"), dtype=scores.dtype, device=scores.device)
     l = torch.zeros_like(m)
     for start in range(0, scores.shape[-1], block):
@@ -186,13 +180,10 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     _check_block("block_q", block_q)
     _check_block("block_k", block_k)
     scores_shape = check_qkv(q, k, v)  # scores (..., L_q, L_k), batch dims broadcast; floating q, k, v
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if min(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) < 1:
-        raise ValueError(f"q, k, v need L >= 1 and d >= 1, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if causal and k.shape[-2] < q.shape[-2]:
-        raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "
-                         f"got L_q={q.shape[-2]}, L_k={k.shape[-2]}")
+    check_same_dtype(q, k, v)
+    check_nonempty_qkv(q, k, v)
+    if causal:
+        check_causal_lengths(q.shape[-2], k.shape[-2])
     check_mask(mask, scores_shape)
     if mask is not None:
         mask = mask.to(q.device).reshape((1,) * max(0, 2 - mask.dim()) + tuple(mask.shape))  # at least (1, L_k)
@@ -324,11 +315,7 @@ def merge_partial_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: tor
     and of ring attention across devices. Shapes: outputs (..., L_q, d_v), lse (..., L_q). A part
     that saw no key has ``lse = -inf`` and weight 0.
     """
-    for name, t in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
-        check_floating(name, t)
-    if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
-        raise ValueError(f"expected two outputs (..., L_q, d_v) and two lse (..., L_q) of equal shapes, got "
-                         f"{tuple(out_a.shape)}, {tuple(lse_a.shape)}, {tuple(out_b.shape)}, {tuple(lse_b.shape)}")
+    check_partial_attention(out_a, lse_a, out_b, lse_b)
     lse = torch.logaddexp(lse_a, lse_b)  # (..., L_q); -inf only when both parts saw nothing
     shift = _safe_shift(lse)
     w_a = torch.exp(lse_a - shift).unsqueeze(-1)  # (..., L_q, 1)

@@ -27,3 +27,18 @@ from .preference import check_sequence_logprobs_args, check_dpo_args, check_scor
 from .probes import check_module, check_module_names, check_patches, check_block_index, check_head_outputs  # noqa: F401
 
 __all__ = sorted(name for name in dir() if name.startswith("check_"))  # every rule imported above
+# issue 39: the raises of the model-side modules moved here (generic tensor rules in scalars)
+from .scalars import check_divisible, check_callable, check_tensor, check_features, check_same_batch  # noqa: F401
+from .attention import check_causal_lengths, check_same_dtype, check_nonempty_qkv, check_score_bias, check_mha_inputs  # noqa: F401
+from .masks import check_bool_mask, check_bool_masks, check_torch_mask, check_sequence_lengths, check_bigbird_blocks, check_layout_to_mask  # noqa: F401
+from .layers import check_top_k, check_experts, check_router_logits, check_moe_decoder, check_expert_parallel, check_latent_sizes, check_positions_fit, check_rotary_positions, check_torch_mha, check_torch_layer_norm, check_torch_rnn, check_torch_activation  # noqa: F401
+from .attention import check_online_softmax_state, check_scores, check_partial_attention  # noqa: F401
+from .models import check_decoder_options, check_context_length  # noqa: F401
+from .kv_cache import check_cache_update, check_reorder_index, check_step_times  # noqa: F401
+from .circuits import check_final_logits, check_score_values, check_head_sets, check_reference  # noqa: F401
+from .scalars import check_generator  # noqa: F401
+from .probes import check_block_order, check_in_context, check_loss_curve, check_context, check_score_table  # noqa: F401
+from .profiling import check_device, check_timing  # noqa: F401
+from .probes import check_patch_value, check_has_attention, check_one_sequence, check_sequence_map, check_classifier_batch, check_lookup_maps  # noqa: F401
+from .scalars import check_folder  # noqa: F401
+from .export import check_exported  # noqa: F401

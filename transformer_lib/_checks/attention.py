@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .scalars import check_bool, check_int, check_number
+from .scalars import check_bool, check_features, check_int, check_number, check_same_batch
 
 
 def check_floating(name: str, tensor: torch.Tensor) -> None:
@@ -74,6 +74,73 @@ def check_score_bias(bias: torch.Tensor | None, scores_shape: tuple[int, ...]) -
                          f"{tuple(scores_shape)} (B, H, L_q, L_k)")
 
 
+def check_causal_lengths(L_q: int, L_k: int) -> None:
+    """Causal attention needs at least as many keys as queries: the keys include the queries' own
+    (a query block appended to a cached prefix has more), and with fewer the first queries would
+    see no key at all."""
+    if L_k < L_q:
+        raise ValueError(f"causal attention needs L_k >= L_q (the keys include the queries' own), "
+                         f"got L_q={L_q}, L_k={L_k}")
+
+
+def check_same_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q, k and v must share one dtype (a fused kernel reads them as one type)."""
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def check_nonempty_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """At least one query, one key and one feature (an empty sequence has no softmax)."""
+    if min(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) < 1:
+        raise ValueError(f"q, k, v need L >= 1 and d >= 1, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+
+
+def check_mha_inputs(query, key, value, d_model: int, cached: bool):
+    """A multi-head attention call: floating query, key and value (B, L, d_model) with one batch
+    size, key and value of one length; with a KV cache (``cached``) self-attention only (key and
+    value None or the query itself). Returns (key, value) with None filled in (key = query,
+    value = key)."""
+    if cached and any(t is not None and t is not query for t in (key, value)):
+        raise ValueError("cache is for self-attention only: pass the query alone (key=value=None)")
+    key = query if key is None else key
+    value = key if value is None else value
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_floating(name, t)
+        check_features(name, t, d_model, dims=3)
+    check_same_batch("query", query.shape[0], "key", key.shape[0])
+    check_same_batch("key", key.shape[0], "value", value.shape[0])
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(f"key and value must have the same length, got {key.shape[1]} and {value.shape[1]}")
+    return key, value
+
+
+def check_online_softmax_state(running_max, running_sum, scores) -> None:
+    """One step of the online softmax: floating ``running_max`` and ``running_sum`` (...,) and a
+    block of ``scores`` (..., block) of the same rows."""
+    for name, t in (("running_max", running_max), ("running_sum", running_sum), ("scores", scores)):
+        check_floating(name, t)
+    if scores.dim() < 1 or running_max.shape != scores.shape[:-1] or running_sum.shape != running_max.shape:
+        raise ValueError(f"running_max and running_sum must be (...,) and scores (..., block), got "
+                         f"{tuple(running_max.shape)}, {tuple(running_sum.shape)}, {tuple(scores.shape)}")
+
+
+def check_scores(scores) -> None:
+    """Floating scores with at least one dimension, the last (the one a softmax runs over) of size >= 1."""
+    check_floating("scores", scores)
+    if scores.dim() < 1 or scores.shape[-1] < 1:
+        raise ValueError(f"scores must have at least one dimension of size >= 1, got shape {tuple(scores.shape)}")
+
+
+def check_partial_attention(out_a, lse_a, out_b, lse_b) -> None:
+    """Two partial attention results to merge: floating outputs (..., L_q, d_v) and their
+    log-sum-exps (..., L_q), each pair of equal shapes."""
+    for name, t in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        check_floating(name, t)
+    if out_a.shape != out_b.shape or lse_a.shape != lse_b.shape or out_a.shape[:-1] != lse_a.shape:
+        raise ValueError(f"expected two outputs (..., L_q, d_v) and two lse (..., L_q) of equal shapes, got "
+                         f"{tuple(out_a.shape)}, {tuple(lse_a.shape)}, {tuple(out_b.shape)}, {tuple(lse_b.shape)}")
+
+
 def check_square_maps(weights: torch.Tensor) -> int:
     """Self-attention maps (..., L, L); return L."""
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
@@ -97,12 +164,9 @@ def check_self_attention_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}")
-    if q.dtype != k.dtype or k.dtype != v.dtype:
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    B, H, L, d_k = q.shape
-    if L < 1 or d_k < 1 or v.shape[-1] < 1:
-        raise ValueError(f"q, k, v need L >= 1 and d >= 1, got {tuple(q.shape)} and d_v = {v.shape[-1]}")
-    return B, H, L, d_k
+    check_same_dtype(q, k, v)
+    check_nonempty_qkv(q, k, v)
+    return tuple(q.shape)
 
 
 def check_key_mask(key_mask: torch.Tensor | None, B: int, L: int, device) -> torch.Tensor | None:

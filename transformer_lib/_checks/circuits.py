@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .scalars import check_choice, check_int
+from .scalars import check_choice, check_int, check_tensor
 from .tokens import check_token_ids
 
 
@@ -40,12 +40,15 @@ def check_answers(name: str, ids, batch: int, vocab_size: int) -> torch.Tensor:
 
 def check_prompt_pair(clean, corrupted, vocab_size: int) -> None:
     """``clean`` and ``corrupted`` must be token ids of the same shape (B, L): patching moves an
-    activation between the two runs position by position, so they must line up."""
+    activation between the two runs position by position, so they must line up; and they must
+    differ somewhere, or there is nothing to restore."""
     check_token_ids(clean, vocab_size, "clean")
     check_token_ids(corrupted, vocab_size, "corrupted")
     if clean.shape != corrupted.shape:
         raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} must have the "
                          "same shape (B, L): pick corruptions with as many tokens as the clean prompts")
+    if bool((clean == corrupted).all()):
+        raise ValueError("clean and corrupted must differ: with the same prompts there is nothing to restore")
 
 
 def check_index_list(name: str, values, size: int) -> list[int]:
@@ -87,3 +90,36 @@ def check_heads(heads, num_layers: int, num_heads: int) -> list[tuple[int, int]]
 def check_ablation(how: str) -> None:
     """How to remove a head: ``"mean"`` (its mean output over the reference prompts) or ``"zero"``."""
     check_choice("how", how, ("mean", "zero"))
+
+
+def check_final_logits(logits) -> None:
+    """Logits whose last position is read: a float tensor (B, L, V) or (B, V)."""
+    check_tensor("logits", logits)
+    if logits.dim() not in (2, 3) or not logits.dtype.is_floating_point:
+        raise ValueError(f"logits must be float (B, L, V) or (B, V), got {logits.dtype} {tuple(logits.shape)}")
+
+
+def check_score_values(value, clean, corrupted) -> None:
+    """Three metric values (numbers or tensors) to rescale, the clean and corrupted ones apart:
+    their difference is the divisor."""
+    for name, v in (("value", value), ("clean", clean), ("corrupted", corrupted)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, torch.Tensor)):
+            raise TypeError(f"{name} must be a number or a tensor, got {type(v).__name__}")
+    if bool(torch.as_tensor(clean - corrupted).abs().min() < 1e-6):
+        raise ValueError("clean and corrupted must differ: with the same metric there is nothing to restore")
+
+
+def check_head_sets(head_sets, num_layers: int, num_heads: int) -> list[list[tuple[int, int]]]:
+    """A list of sets of heads (a circuit and its controls), each checked by :func:`check_heads`."""
+    if not isinstance(head_sets, (list, tuple)):
+        raise TypeError(f"head_sets must be a list of lists of (layer, head) pairs, got {type(head_sets).__name__}")
+    return [check_heads(heads, num_layers, num_heads) for heads in head_sets]
+
+
+def check_reference(reference, tokens, vocab_size: int) -> None:
+    """The prompts whose mean activations replace a head: token ids with as many positions as
+    ``tokens`` (the mean is taken per position)."""
+    check_token_ids(reference, vocab_size, "reference")
+    if reference.shape[1] != tokens.shape[1]:
+        raise ValueError(f"reference must have as many positions as tokens ({tokens.shape[1]}), "
+                         f"got {reference.shape[1]}")

@@ -1,7 +1,7 @@
 """The cost model (chapter 10) and random forests (appendix A)."""
 from __future__ import annotations
 
-from .scalars import check_int, check_number
+from .scalars import check_divisible, check_int, check_number
 
 
 def check_sizes(n, d, expansion=4, batch=1) -> None:
@@ -23,8 +23,7 @@ def check_heads_divide(d_model, num_heads) -> None:
     """Positive ``d_model`` and ``num_heads``, the first a multiple of the second."""
     check_int("d_model", d_model)
     check_int("num_heads", num_heads)
-    if d_model % num_heads:
-        raise ValueError(f"d_model must be divisible by num_heads, got {d_model} and {num_heads}")
+    check_divisible("d_model", d_model, num_heads, "num_heads")
 
 
 def check_levels(levels, level_type: type) -> None:

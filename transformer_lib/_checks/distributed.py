@@ -1,7 +1,7 @@
 """Distributed training (chapter 18, transformer_lib.distributed)."""
 from __future__ import annotations
 
-from .scalars import check_int
+from .scalars import check_divisible, check_int
 
 
 def check_distributed_run(strategy, steps, global_batch, world_size, seed) -> None:
@@ -22,8 +22,7 @@ def check_parallel_split(name: str, size: int, world_size: int) -> None:
     """Tensor parallelism splits ``size`` (hidden units or heads) evenly over the ranks."""
     check_int(name, size, 1)
     check_int("world_size", world_size, 1)
-    if size % world_size:
-        raise ValueError(f"{name} = {size} must be divisible by the tensor-parallel world size {world_size}")
+    check_divisible(name, size, world_size, "the tensor-parallel world size")
 
 
 def check_pipeline(stages, micro_batches) -> None:

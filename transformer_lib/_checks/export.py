@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .scalars import check_int
+from .scalars import check_folder, check_int
 
 
 def check_export_args(model, path, tokenizer, opset: int) -> Path:
@@ -22,8 +22,7 @@ def check_export_args(model, path, tokenizer, opset: int) -> Path:
     path = Path(path)
     if path.suffix != ".onnx":
         raise ValueError(f"path must end in .onnx, got {str(path)!r}")
-    if not path.parent.is_dir():
-        raise ValueError(f"path's folder {str(path.parent)!r} does not exist")
+    check_folder("path", path)
     if not (callable(getattr(tokenizer, "to_json", None)) and hasattr(tokenizer, "__len__")):
         raise TypeError(f"tokenizer must be the model's BPETokenizer, got {type(tokenizer).__name__}")
     if len(tokenizer) != model.embed.num_embeddings:
@@ -43,3 +42,9 @@ def check_onnx_path(path) -> Path:
     if path.suffix != ".onnx" or not path.is_file():
         raise ValueError(f"path must be an existing .onnx file, got {str(path)!r}")
     return path
+
+
+def check_exported(path, output_names) -> None:
+    """A file written by ``export_onnx``: its graph has the ``config`` output (``output_names``)."""
+    if "config" not in output_names:
+        raise ValueError(f"{path} was not written by export_onnx: it has no 'config' output")

@@ -1,7 +1,7 @@
 """Models and their KV caches (model, kv_cache, sampling)."""
 from __future__ import annotations
 
-from .scalars import check_int
+from .scalars import check_choice, check_int
 
 
 def check_cache(cache, num_layers: int) -> None:
@@ -24,3 +24,23 @@ def check_cache_layer(cache, layer) -> None:
     """An attention module's ``layer`` index must name one of ``cache``'s layers."""
     check_cache(cache, getattr(cache, "num_layers", -1))
     check_int("layer", layer, 0, cache.num_layers - 1)
+
+
+POSITIONAL = ("sinusoidal", "learned", "rope", "alibi", "none")
+
+
+def check_decoder_options(positional, ffn: bool, num_experts) -> None:
+    """A decoder-only model's switches: a known positional scheme; experts (``num_experts``)
+    replace the blocks' FFN, so they need ``ffn=True``."""
+    check_choice("positional", positional, POSITIONAL)
+    if num_experts is not None and not ffn:
+        raise ValueError("num_experts needs ffn=True: experts replace the blocks' FFN")
+
+
+def check_context_length(tokens, cache, context_length) -> None:
+    """Cached plus new positions must fit the model's ``context_length`` (None: no limit)."""
+    if context_length is not None and tokens.dim() == 2:
+        past = 0 if cache is None else getattr(cache, "length", 0)
+        if past + tokens.shape[1] > context_length:
+            raise ValueError(f"tokens: {past + tokens.shape[1]} positions exceed the context length "
+                             f"{context_length} ({past} cached + {tokens.shape[1]} new)")

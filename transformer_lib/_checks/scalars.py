@@ -1,7 +1,9 @@
-"""Numbers and flags: counts, sizes, rates, temperatures, choices among names."""
+"""Numbers, flags and the generic shape of a tensor: counts, sizes, rates, temperatures, choices
+among names, tensors and their feature sizes."""
 from __future__ import annotations
 
 import numbers
+from pathlib import Path
 
 import torch
 
@@ -78,3 +80,60 @@ def check_str_list(name: str, value) -> tuple[str, ...]:
         if not isinstance(s, str):
             raise TypeError(f"each entry of {name} must be a str, got {type(s).__name__} {s!r}")
     return tuple(value)
+
+
+def check_divisible(name: str, value: int, by: int, by_name: str = "", why: str = "") -> None:
+    """``value`` (a size already checked an integer) must be a multiple of ``by``, the argument
+    ``by_name`` if it is one: heads that split a width, a width split over ranks, pairs (``by=2``,
+    for sin/cos or RoPE: "must be even"). ``why`` ends the message."""
+    if value % by:
+        if by == 2 and not by_name:
+            raise ValueError(f"{name} must be even{why}, got {value}")
+        raise ValueError(f"{name} = {value} must be divisible by {f'{by_name} ({by})' if by_name else by}{why}")
+
+
+def check_generator(name: str, value) -> None:
+    """None or a ``torch.Generator`` (a seed passed where a generator belongs is a TypeError)."""
+    if value is not None and not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {type(value).__name__}")
+
+
+def check_folder(name: str, path) -> None:
+    """The folder a file is to be written into (``path``'s parent) must exist."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ValueError(f"{name}: folder {str(folder)!r} does not exist")
+
+
+def check_callable(name: str, value) -> None:
+    """``value`` must be callable (a function to time, trace or run on every rank)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+
+
+def check_tensor(name: str, value, what: str = "a torch.Tensor") -> torch.Tensor:
+    """``value`` must be a ``torch.Tensor`` (a list or an array is a TypeError); ``what`` names the
+    kind the message asks for ("a boolean torch.Tensor", "a torch.Tensor (B, L_k)")."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
+
+
+def check_features(name: str, x, size: int | None = None, dims: int | None = None, min_dims: int = 1) -> None:
+    """The input of a layer built for ``size`` features: a tensor (..., size), with exactly ``dims``
+    dimensions when given (at least ``min_dims``). The message shows the layout expected, (B, L, D)
+    for ``dims=3`` and (..., D) otherwise, and the last dim. Only the (static) shape is read, so it holds while
+    ``torch.export`` traces."""
+    check_tensor(name, x)
+    if x.dim() < min_dims or (dims is not None and x.dim() != dims) or (size is not None and x.shape[-1] != size):
+        last = "D" if size is None else size
+        layout = f"(B, L, {last})" if dims == 3 else f"(..., {last})"
+        expected = "" if size is None else f" (expected last dim {size})"
+        raise ValueError(f"{name} must be {layout}{expected}, got shape {tuple(x.shape)}")
+
+
+def check_same_batch(name: str, batch: int, other_name: str, other: int) -> None:
+    """Two tensors that are read row by row together (a target and its memory, a query and its
+    keys) must have the same batch size."""
+    if batch != other:
+        raise ValueError(f"batch sizes differ: {name} {batch} vs {other_name} {other}")

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .._checks import check_distributed_run
+from .._checks import check_distributed_run, check_folder
 from .data_parallel import train
 from .launch import init_from_env
 
@@ -49,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     try:  # every argument checked before any process group exists: a clear error, not a hang
         check_distributed_run(args.strategy, args.steps, args.global_batch, world_size, args.seed)
-        if not args.save.parent.is_dir():
-            raise ValueError(f"save: folder {str(args.save.parent)!r} does not exist")
+        check_folder("save", args.save)
     except ValueError as err:
         parser.error(str(err))
     if "RANK" not in os.environ:  # one process, no torchrun: a group of one on the loopback

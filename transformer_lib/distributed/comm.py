@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .._checks import check_int
+from .._checks import check_choice, check_int
 
 __all__ = ["bytes_sent", "ring_allreduce_bytes", "measure_allreduce"]
 
@@ -49,8 +49,12 @@ def ring_allreduce_bytes(size_bytes: int, world_size: int) -> float:
     return 2 * (world_size - 1) / world_size * size_bytes
 
 
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
 def _collective(op: str, numel: int, world_size: int):
-    """A call of collective ``op`` on a float32 tensor of ``numel`` elements (the full size S)."""
+    """A call of collective ``op`` (one of COLLECTIVES, checked by the caller) on a float32 tensor
+    of ``numel`` elements (the full size S)."""
     full = torch.ones(numel)
     if op == "all_reduce":
         return lambda: dist.all_reduce(full)
@@ -58,10 +62,9 @@ def _collective(op: str, numel: int, world_size: int):
     if op == "all_gather":  # every rank contributes S/N and receives S
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
         return lambda: gather(full[:len(shard) * world_size], shard)
-    if op == "reduce_scatter":  # every rank contributes S and receives its summed S/N
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        return lambda: scatter(shard, full[:len(shard) * world_size])
-    raise ValueError(f"op must be 'all_reduce', 'all_gather' or 'reduce_scatter', got {op!r}")
+    # "reduce_scatter": every rank contributes S and receives its summed S/N
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return lambda: scatter(shard, full[:len(shard) * world_size])
 
 
 def measure_allreduce(rank: int, world_size: int, numels: list[int], repeats: int = 3,
@@ -69,6 +72,7 @@ def measure_allreduce(rank: int, world_size: int, numels: list[int], repeats: in
     """Run on every rank of a group: for each size, run the collective ``op`` (default
     all-reduce) on float32 tensors of that many elements ``repeats`` times and return this rank's
     bytes sent per call and the best time (seconds)."""
+    check_choice("op", op, COLLECTIVES)
     rows = []
     for numel in numels:
         call = _collective(op, numel, world_size)

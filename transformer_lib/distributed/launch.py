@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .._checks import check_int
+from .._checks import check_callable, check_int, check_number
 
 __all__ = ["launch", "init_from_env", "LOOPBACK_ENV"]
 
@@ -71,8 +71,8 @@ def launch(fn: Callable, world_size: int, *args, timeout: float = 60.0) -> list[
     every worker is killed by its pid and ``TimeoutError`` is raised.
     """
     check_int("world_size", world_size, 1, 64)
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    check_callable("fn", fn)
+    check_number("timeout (seconds)", timeout, 0, low_open=True)
     ctx = _context()
     with tempfile.TemporaryDirectory(prefix="tlib-dist-") as folder:
         procs = [ctx.Process(target=_worker, args=(fn, r, world_size, folder, args), daemon=True)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_parallel_split
+from .._checks import check_choice, check_parallel_split
 from ..attention import attention_fast
 from ..feedforward import FeedForward
 from ..multihead import MultiHeadAttention, merge_heads, repeat_kv, split_heads
@@ -83,8 +83,7 @@ class ColumnRowParallelMLP(nn.Module):
 
     def __init__(self, dense: FeedForward, rank: int, world_size: int):
         super().__init__()
-        if dense.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu' for this split, got {dense.activation!r}")
+        check_choice("dense.activation", dense.activation, ("relu", "gelu"))  # elementwise: splits by unit
         check_parallel_split("d_ff", dense.d_ff, world_size)
         self.activation, self.rank = dense.activation, rank
         self.w1 = nn.Parameter(_shard(dense.linear1.weight, 0, rank, world_size))  # (d_ff/N, d)

@@ -36,7 +36,8 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
-from .._checks import check_block_index, check_head_outputs, check_module, check_module_names, check_patches
+from .._checks import (check_block_index, check_head_outputs, check_module, check_module_names, check_patch_value,
+                       check_patches)
 from ..layers import HOOK_POINTS
 
 __all__ = ["record_activations", "patch_activations", "hook_points", "head_contributions", "HOOK_POINTS"]
@@ -99,9 +100,7 @@ def patch_activations(model: nn.Module, patches: dict) -> Iterator[None]:
     def hook_for(name: str) -> Callable:
         def hook(module, args, output):
             new = patches[name](output) if callable(patches[name]) else patches[name]
-            if not isinstance(new, torch.Tensor) or new.shape != output.shape:
-                raise ValueError(f"the patch for {name!r} must be a tensor of shape {tuple(output.shape)}, "
-                                 f"got {tuple(getattr(new, 'shape', ())) or type(new).__name__}")
+            check_patch_value(name, new, output)
             return new.to(device=output.device, dtype=output.dtype)
         return hook
 

@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
+from .._checks import check_bool_mask, check_has_attention
 from ..masks import causal_mask, prefix_lm_mask
 from ..multihead import MultiHeadAttention
 
@@ -115,11 +116,8 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
     computes exactly what it computes unrecorded. With a KV cache, ``key``/``value`` are the new
     states only, while ``masks`` and ``weights`` span every cached key too.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    modules = _attention_modules(model)
-    if not modules:
-        raise ValueError(f"{type(model).__name__} contains no attention module to record")
+    modules = _attention_modules(model) if isinstance(model, nn.Module) else []
+    check_has_attention(model, modules)
     calls: list[AttentionCall] = []
     signature = inspect.signature(MultiHeadAttention.forward)
     pending: dict[int, tuple] = {}  # id(module) -> its call's inputs, read before the cache grows
@@ -159,9 +157,7 @@ def mask_kind(mask: torch.Tensor | None) -> str:
     or 'custom'. ``None`` is 'full' (nothing blocked)."""
     if mask is None:
         return "full"
-    if mask.dim() != 2 or mask.dtype != torch.bool:
-        raise ValueError(f"expected a 2-D boolean mask (L_q, L_k), got shape {tuple(mask.shape)}, "
-                         f"dtype {mask.dtype}")
+    check_bool_mask("mask", mask, dims=2)
     mask = mask.cpu()
     L_q, L_k = mask.shape
     if mask.all():

@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._checks import check_classifier_batch, check_one_sequence, check_sequence_map
+
 __all__ = ["dependency_map", "input_gradient_norms"]
 
 
@@ -25,11 +27,9 @@ def dependency_map(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) 
     LayerNorm whose outputs sum to a constant cannot hide a dependency. ``vectorize=True`` computes
     all rows of the Jacobian in one batched backward pass (about 40x faster than a loop).
     """
-    if x.dim() != 2:
-        raise ValueError(f"x must be one sequence (L_in, D), got shape {tuple(x.shape)}")
+    check_one_sequence(x)
     jac = torch.autograd.functional.jacobian(fn, x.detach(), vectorize=True)  # (L_out, D_out, L_in, D)
-    if jac.dim() != 4:
-        raise ValueError(f"fn must return (L_out, D_out), got a Jacobian of shape {tuple(jac.shape)}")
+    check_sequence_map(jac)
     return jac.abs().amax(dim=(1, 3))  # (L_out, L_in)
 
 
@@ -39,10 +39,7 @@ def input_gradient_norms(model: nn.Module, tokens: torch.Tensor, labels: torch.T
     ``model`` needs an ``embed`` module (as both classifiers have); the loss is the
     cross-entropy of ``model(tokens)`` against ``labels``. Parameter gradients are left untouched.
     """
-    if not isinstance(getattr(model, "embed", None), nn.Module):
-        raise ValueError("model must have an `embed` module whose output is the token embeddings")
-    if tokens.dim() != 2 or labels.shape != tokens.shape[:1]:
-        raise ValueError(f"need tokens (B, L) and labels (B,), got {tuple(tokens.shape)} and {tuple(labels.shape)}")
+    check_classifier_batch(model, tokens, labels)
     captured = {}
 
     def keep(module, inputs, output):

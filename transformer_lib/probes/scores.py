@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_int, check_square_maps
+from .._checks import check_int, check_lookup_maps, check_square_maps
 from ..tasks import LOOKUP_TASKS, answer_keys
 
 __all__ = ["head_scores", "diagonal_score", "column_score", "head_pattern_scores"]
@@ -21,11 +21,7 @@ def head_scores(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.
     averaged over queries ``t >= 1`` and the batch (at t = 0 a causal head can only look at key 0,
     which would flatter every head). A head that does one lookup perfectly scores 1.0 on it.
     """
-    if weights.dim() != 4:
-        raise ValueError(f"weights must be (B, H, L, L), got shape {tuple(weights.shape)}")
-    B, H, L, L_k = weights.shape
-    if tokens.shape != (B, L) or L_k != L:
-        raise ValueError(f"weights {tuple(weights.shape)} and tokens {tuple(tokens.shape)} do not match")
+    check_lookup_maps(weights, tokens)
     keys = answer_keys(tokens)
     return {task: (weights * keys[task][:, None].to(weights.dtype)).sum(-1)[:, :, 1:].mean(dim=(0, 2))
             for task in LOOKUP_TASKS}  # (B, H, L_q) -> (H,)
