@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ._checks import check_int, check_probability
 from ._checks.finetune import check_labelled_batch, check_training_settings
+from ._checks.training import check_trainable
 from .pretrained.minilm import BertEncoder, PretrainedEncoder, cosine_matrix, mean_pool
 from .training import History, train_loop, warmup_schedule
 
@@ -169,9 +170,7 @@ def train_classifier(model: SentenceClassifier, inputs: torch.Tensor, attention_
     """
     check_labelled_batch(inputs, attention_mask, labels, model.head.out_features)
     check_training_settings(lr, epochs, batch_size, seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameter: call set_trainable first")
+    params = check_trainable("model", model, "call set_trainable first")
     if start_layer is not None:
         check_int("start_layer", start_layer, 0, len(model.encoder.blocks))
     if (start_layer is None) != (inputs.dim() == 2):

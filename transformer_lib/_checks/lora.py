@@ -89,3 +89,29 @@ def check_answer_loss(logits, tokens, mask, reduction) -> None:
     if not bool(mask[:, 1:].any()):
         raise ValueError("mask must mark at least one answer token after position 0 (the first token has "
                          "no position before it to predict it)")
+
+
+def check_template_prefix(prompt_text: str, full: str) -> None:
+    """A chat template must render the prompt the same with an answer after it (the answer mask
+    starts where the prompt ends)."""
+    if not full.startswith(prompt_text):
+        raise ValueError("the chat template renders the prompt differently with an answer after it")
+
+
+def check_examples(examples, batch_size: int = 1) -> None:
+    """Training examples, ``(ids, mask)`` pairs: at least ``batch_size`` of them (one to pad)."""
+    if batch_size == 1 and not examples:
+        raise ValueError("examples must hold at least one (ids, mask) pair")
+    if len(examples) < batch_size:
+        raise ValueError(f"examples must hold at least batch_size = {batch_size} examples, got {len(examples)}")
+
+
+def check_micro_batches(micro_batches: list) -> int:
+    """At least one ``(tokens, mask)`` pair, with at least one answer token after position 0 in
+    all of them together; returns that count of answer tokens."""
+    if not micro_batches:
+        raise ValueError("micro_batches must hold at least one (tokens, mask) pair")
+    total = sum(int(m[:, 1:].sum()) for _, m in micro_batches)  # answer tokens that get a loss
+    if total == 0:
+        raise ValueError("micro_batches hold no answer tokens (mask is False everywhere after position 0)")
+    return total

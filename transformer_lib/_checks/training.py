@@ -46,3 +46,12 @@ def check_windows(ids, context: int) -> None:
     """``ids`` long enough for at least one window of ``context`` (>= 2) tokens."""
     if len(ids) // context < 1 or context < 2:
         raise ValueError(f"need at least one window of context = {context} (>= 2) tokens, got {len(ids)} tokens")
+
+
+def check_trainable(name: str, model, hint: str) -> list:
+    """``model`` must have at least one parameter that requires grad; returns those parameters.
+    ``hint`` tells the caller what to do (``"call add_lora(model, ...) first"``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{name} has no trainable parameters (none requires grad): {hint}")
+    return params
