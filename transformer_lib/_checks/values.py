@@ -23,3 +23,10 @@ def check_callable(name: str, value, what: str) -> None:
     """``value`` must be callable; ``what`` shows how it is called (``"encode(text) -> token ids"``)."""
     if not callable(value):
         raise TypeError(f"{name} must be a callable: {what}")
+
+
+def check_instance(name: str, value, types, what: str) -> None:
+    """``value`` must be an instance of ``types`` (a class the caller passes: ``_checks`` imports
+    nothing above it); ``what`` names it for the reader (``"a BertEncoder (load_minilm().model)"``)."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
