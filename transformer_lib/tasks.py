@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_int, check_tokens
-from ._checks.tasks import (check_equal_lengths, check_generator, check_integer_ids, check_one_token, check_src_target,
+from ._checks.tokens import check_id_dtype
+from ._checks.tasks import (check_equal_lengths, check_generator, check_one_token, check_src_target,
                            check_task_vocab)
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
@@ -39,7 +40,7 @@ def random_tokens(batch_size: int, length: int, vocab_size: int, generator: torc
 def shift_right(target: torch.Tensor, bos: int = BOS) -> torch.Tensor:
     """Decoder input for teacher forcing: BOS followed by the target minus its last token."""
     check_tokens(target, "target")
-    check_integer_ids("target", target)
+    check_id_dtype("target", target)
     check_int("bos", bos, 0)
     start = torch.full_like(target[:, :1], bos)
     return torch.cat([start, target[:, :-1]], dim=1)  # (B, L)

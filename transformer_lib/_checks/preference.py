@@ -6,6 +6,7 @@ import torch
 
 from .scalars import check_int, check_number
 from .tokens import check_token_ids
+from .values import check_callable
 
 
 def _tensor(name: str, value, what: str) -> torch.Tensor:
@@ -105,8 +106,7 @@ def check_sentence_prompts(text, encode, prompt_tokens, found: int | None = None
     are cut (``found`` of them long enough), at least one."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not callable(encode):
-        raise TypeError("encode must be a callable: encode(text) -> token ids")
+    check_callable("encode", encode, "encode(text) -> token ids")
     check_int("prompt_tokens", prompt_tokens, 1)
     if found == 0:
         raise ValueError(f"text has no sentence of at least prompt_tokens={prompt_tokens} tokens")

@@ -16,12 +16,6 @@ def check_task_vocab(vocab_size, first_token: int) -> None:
         raise ValueError(f"vocab_size must be an integer > {first_token} (PAD, BOS, EOS are reserved), got {vocab_size!r}")
 
 
-def check_integer_ids(name: str, tokens: torch.Tensor) -> None:
-    """``tokens`` must hold integer token ids (not floats or bools)."""
-    if tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
-
-
 def check_src_target(src: torch.Tensor, target: torch.Tensor) -> None:
     """Two (B, L) batches of integer ids of one dtype and one batch size, to be joined row by row."""
     if src.dtype != target.dtype or src.is_floating_point():

@@ -8,6 +8,13 @@ import torch
 from .scalars import check_str_list
 
 
+def check_id_dtype(name: str, tokens: torch.Tensor) -> None:
+    """``tokens`` must hold integer ids: a float id is refused rather than truncated (3.7 is not a
+    token), and bools and complex numbers are no ids either."""
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+
+
 def check_tokens(tokens: torch.Tensor, name: str = "tokens") -> None:
     """A batch of token ids must be (B, L)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
@@ -23,8 +30,7 @@ def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
     """
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids (B, L), got {type(tokens).__name__}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    check_id_dtype(name, tokens)
     if tokens.dim() != 2:
         raise ValueError(f"{name} must be (B, L), got shape {tuple(tokens.shape)}")
     if torch.compiler.is_exporting():
@@ -38,8 +44,7 @@ def check_prompt_ids(prompt_ids, vocab_size: int | None = None, name: str = "pro
     """A prompt for generation: a non-empty 1-D sequence of integer ids (list or tensor), each in
     ``[0, vocab_size)`` when the vocabulary is known. A 2-D prompt is refused, not flattened."""
     ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.as_tensor(prompt_ids)
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    check_id_dtype(name, ids)
     if ids.dim() != 1:
         raise ValueError(f"{name} must be one 1-D sequence of token ids, got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
@@ -54,8 +59,7 @@ def check_id_list(name: str, ids, vocab_size: int) -> torch.Tensor:
     t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
     if t.numel() == 0:
         return t.reshape(0).long()
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    check_id_dtype(name, t)
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
     if int(t.min()) < 0 or int(t.max()) >= vocab_size:
