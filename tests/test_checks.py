@@ -576,6 +576,16 @@ def _text_side_cases(tmp):
     small_forest = __import__("sklearn.ensemble", fromlist=["RandomForestClassifier"]).RandomForestClassifier(
         n_estimators=3, bootstrap=False, random_state=0).fit(np.eye(4), [0, 1, 0, 1])
     frozen = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8).requires_grad_(False)
+    from types import SimpleNamespace
+    letters = SimpleNamespace(encode=lambda text: SimpleNamespace(ids=[1] * len(text)))  # one token per character
+    words = SimpleNamespace(encode=lambda text: SimpleNamespace(ids=[1] * len(text.split())))  # one per word
+    odd_template = SimpleNamespace(chat=lambda messages, add_generation_prompt: "A" if add_generation_prompt else "B")
+    llama_meta = {"general.architecture": "llama", "llama.vocab_size": 11, "llama.embedding_length": 16,
+                  "llama.block_count": 1, "llama.attention.head_count": 2, "llama.feed_forward_length": 32,
+                  "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.dimension_count": 4}  # head_dim 8
+    deep = tl.DecoderOnlyLM(11, 16, 2, 2, max_len=8)  # two blocks: adapters at blocks.1, which one block lacks
+    lora.add_lora(deep, 2, 4.0, ["q_proj"])
+    lora.save_lora(deep, tmp / "deep.pt")
     pairs = preference.PreferencePairs(ids, ids, torch.tensor([[False, True, True]]), torch.ones(1), torch.zeros(1))
     return [
         # values: generic rules
@@ -604,7 +614,7 @@ def _text_side_cases(tmp):
         ("sampling.check_temperature", lambda: logit_filters.apply_temperature(torch.zeros(3), 0), V, "temperature must be > 0"),
         ("sampling.check_strategy", lambda: sampling.generate(gpt, ids, 2, top_k=0), V, "top_k"),
         ("sampling.check_seed", lambda: sampling.generate(gpt, ids, 2, seed=1, generator=torch.Generator()), V, "seed or generator"),
-        ("sampling.check_decoder_ids", lambda: sampling.generate(gpt, ids + 20, 2), V, "tokens must lie in"),
+        ("sampling.check_decoder_ids", lambda: sampling.generate_ids(gpt, [3, 30], 2), V, r"prompt must lie in \[0, 11\)"),
         ("sampling.check_prompt_rows", lambda: sampling.generate(gpt, ids[:, :0], 2), V, "tokens must hold at least one token"),
         ("sampling.check_fits", lambda: sampling.generate(gpt, ids, 7), V, "max_new_tokens"),
         ("sampling.check_strategies", lambda: sampling.generate_each(gpt, [3, 4], 2, [{"top_q": 1}]), V, "strategies"),
@@ -631,7 +641,7 @@ def _text_side_cases(tmp):
         ("plotting.check_mask_map", lambda: plotting.plot_mask(torch.ones(2, 3, dtype=torch.bool), labels=["a", "b"]), V, "square"),
         ("plotting.check_map_grid", lambda: plotting.heatmap_grid([torch.ones(2, 2)], ncols=1.5), V, "ncols"),
         # tasks
-        ("tasks.check_generator", lambda: tasks.random_tokens(1, 2, 8, generator=0), T, "generator"),
+        ("tasks.check_generator", lambda: tasks.random_tokens(1, 2, 8, generator=0), T, "generator must be a torch.Generator"),
         ("tasks.check_task_vocab", lambda: tasks.random_tokens(1, 2, 3), V, "vocab_size"),
         ("tasks.check_src_target", lambda: tasks.prompt_batch(ids, torch.ones(2, 2, dtype=torch.long)), V, "src and target"),
         # widgets
@@ -715,6 +725,17 @@ def _text_side_cases(tmp):
         ("pretrained.check_ids_input", lambda: smol.logits(torch.zeros(1, 2, dtype=torch.long)), V, "1-D list/tensor"),
         ("pretrained.check_nonempty_ids", lambda: smol.logits(torch.zeros(0, dtype=torch.long)), V, "at least one token"),
         ("pretrained.check_chat_template", lambda: smol.chat([{"role": "user", "content": "hi"}]), V, "chat template"),
+        ("pretrained.check_full_rotary", lambda: llama.LlamaConfig.from_gguf(llama_meta), V, "partial rotary"),
+        ("tasks.check_one_token", lambda: tasks.ioi_batch(letters), V, "must be one token"),
+        ("tasks.check_equal_lengths", lambda: tasks.ioi_batch(words, [("Mary", "John", "store", "drink"),
+                                                                     ("Tom", "James", "big park", "ball")]), V,
+         "same number of tokens"),
+        ("forests.check_grown", lambda: forests.TreeCorrelation(0.0, 1.0, 2, np.zeros(1), np.zeros((1, 2, 1)))
+         .forest_variance(3), V, "only 2 trees were grown"),
+        ("lora.check_template_prefix", lambda: instruct.chat_example(odd_template, "a prompt", "an answer"), V,
+         "chat template renders the prompt differently"),
+        ("lora.check_adapter_targets", lambda: lora.load_lora(tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8), tmp / "deep.pt"), V,
+         "has no nn.Linear at"),
     ]
 
 
