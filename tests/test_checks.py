@@ -599,7 +599,7 @@ def _model_cases():
         ("ColumnRowParallelMLP(d_ff=30, 4 ranks)",
          lambda: distributed.ColumnRowParallelMLP(tl.FeedForward(8, 30), 0, 4), V,
          r"d_ff = 30 must be divisible by the tensor-parallel world size \(4\)"),
-        ("launch(fn=3)", lambda: distributed.launch(3, 1), T, "fn must be callable"),
+        ("launch(fn=3)", lambda: distributed.launch(3, 1), T, "fn must be a callable"),
         ("logit_difference(list)", lambda: circuits.logit_difference([1.0], 0, 1), T, "logits must be a torch.Tensor"),
         ("LayerNorm(8)(list)", lambda: tl.LayerNorm(8)([1.0] * 8), T, "x must be a torch.Tensor"),
         ("LayerNorm(8)(last dim 7)", lambda: tl.LayerNorm(8)(torch.randn(2, 7)), V, r"x must be \(\.\.\., 8\)"),
@@ -832,3 +832,242 @@ def test_the_generic_rules_accept_what_they_describe():
     check_callable("f", len)
     check_generator("g", None)
     check_generator("g", torch.Generator())
+
+
+# =====================================================================================================
+# The text side's rules (issue 39: tokenization, pretrained, logit filters and generation, training,
+# fine-tuning, LoRA, preference, reasoning, instruct, forests, plotting, data, widgets, tasks). Each
+# case calls the public function with one bad argument; removing the rule from _checks makes it fail
+# (another error, or none). The message must name the argument.
+# =====================================================================================================
+
+def _text_side_cases(tmp):
+    import json
+
+    from transformer_lib import (data, finetune, forests, instruct, logit_filters, lora, plotting, preference,
+                                 reasoning, sampling, tasks, training, widgets)
+    from transformer_lib.pretrained import gguf, llama, minilm, smollm2
+    from transformer_lib.tokenization import BPETokenizer, best_pair, merge_pair, train_bpe, unicode_to_bytes, visible
+
+    T, V = TypeError, ValueError
+    gpt = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8).eval()  # a learned table of 8 positions
+    ids = torch.tensor([[3, 4, 5]])
+    tok = BPETokenizer.train("a b a b a b", 260)
+    bert_cfg = minilm.MiniLMConfig(vocab_size=20, d_model=8, num_layers=1, num_heads=2, d_ff=16, max_positions=4)
+    bert = minilm.BertEncoder(bert_cfg)
+    encoder = minilm.PretrainedEncoder(bert, tokenizer=None, device=torch.device("cpu"))
+    classifier = finetune.SentenceClassifier(bert, 2)
+    smol = smollm2.SmolLM2(gpt, None, {}, torch.device("cpu"), config=llama.LlamaConfig(11, 16, 1, 2, 2, 32))
+    (tmp / "config.json").write_text(json.dumps({"hidden_act": "relu"}))
+    (tmp / "not_lora.pt").write_bytes(b"")
+    torch.save({"format": "nothing"}, tmp / "other.pt")
+    lora_model = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8)
+    lora.add_lora(lora_model, 2, 4.0, ["q_proj"])
+    lora.save_lora(lora_model, tmp / "adapters.pt")
+    other_model = tl.DecoderOnlyLM(11, 32, 2, 1, max_len=8)  # wider: the stored factors do not fit
+    lora.add_lora(other_model, 2, 4.0, ["q_proj"])
+    small_forest = __import__("sklearn.ensemble", fromlist=["RandomForestClassifier"]).RandomForestClassifier(
+        n_estimators=3, bootstrap=False, random_state=0).fit(np.eye(4), [0, 1, 0, 1])
+    frozen = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8).requires_grad_(False)
+    from types import SimpleNamespace
+    letters = SimpleNamespace(encode=lambda text: SimpleNamespace(ids=[1] * len(text)))  # one token per character
+    words = SimpleNamespace(encode=lambda text: SimpleNamespace(ids=[1] * len(text.split())))  # one per word
+    odd_template = SimpleNamespace(chat=lambda messages, add_generation_prompt: "A" if add_generation_prompt else "B")
+    llama_meta = {"general.architecture": "llama", "llama.vocab_size": 11, "llama.embedding_length": 16,
+                  "llama.block_count": 1, "llama.attention.head_count": 2, "llama.feed_forward_length": 32,
+                  "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.dimension_count": 4}  # head_dim 8
+    deep = tl.DecoderOnlyLM(11, 16, 2, 2, max_len=8)  # two blocks: adapters at blocks.1, which one block lacks
+    lora.add_lora(deep, 2, 4.0, ["q_proj"])
+    lora.save_lora(deep, tmp / "deep.pt")
+    pairs = preference.PreferencePairs(ids, ids, torch.tensor([[False, True, True]]), torch.ones(1), torch.zeros(1))
+    return [
+        # values: generic rules
+        ("values.check_str", lambda: data.extract_prose(3), T, "markdown must be a str"),
+        ("values.check_path", lambda: data.build_corpus(3), T, "chapters_dir must be a path"),
+        ("scalars.check_callable", lambda: preference.sentence_prompts("a b. c d.", encode=3), T, "encode must be a callable"),
+        ("values.check_instance", lambda: finetune.set_trainable(bert, 0), T, "model must be a SentenceClassifier"),
+        # tokenization (tokens)
+        ("tokens.check_id_dtype", lambda: tasks.shift_right(torch.ones(1, 3)), V, "target must hold integer token ids"),
+        ("tokens.check_id", lambda: tok.decode([1.5]), V, "ids must hold integer token ids"),
+        ("tokens.check_decode_ids", lambda: tok.decode(torch.zeros(2, 2, dtype=torch.long)), V, "ids must be 1-D"),
+        ("tokens.check_decode_ids(str)", lambda: tok.decode("ab"), T, "ids must be a list"),
+        ("tokens.check_vocab_id", lambda: tok.token_bytes(10_000), V, r"token ids must be ints in \[0, 258\)"),  # 256 bytes + 2 merges
+        ("tokens.check_vocab_id(type)", lambda: tok.token_bytes("a"), T, "token_id must be an int"),
+        ("tokens.check_bytes", lambda: visible("ab"), T, "token must be bytes"),
+        ("tokens.check_bytes(chunk)", lambda: tok.encode_chunk("ab"), T, "chunk must be bytes"),
+        ("tokens.check_byte_chars", lambda: unicode_to_bytes("a\u4e00"), V, "chars holds characters"),
+        ("tokens.check_merges(order)", lambda: BPETokenizer([(b"ab", b"c")]), V, "no earlier merge made"),
+        ("tokens.check_special_tokens(dup)", lambda: BPETokenizer([], ["<a>", "<a>"]), V, "special tokens must be distinct"),
+        ("tokens.check_bpe_vocab_size", lambda: BPETokenizer.train("ab", 257, ["<a>", "<b>"]), V, "vocab_size"),
+        ("tokens.check_merge_args", lambda: merge_pair([1, 2], (1,), 3), V, "pair must be a tuple of two"),
+        ("tokens.check_pair_counts", lambda: best_pair({}), V, "counts is empty"),
+        ("tokens.check_words", lambda: train_bpe({(1, 2): 0}, 258), V, "words' counts"),
+        ("values.check_str(from_json)", lambda: BPETokenizer.from_json(b"{}"), T, "text must be a str"),
+        # logit filters and generation (sampling)
+        ("sampling.check_temperature", lambda: logit_filters.apply_temperature(torch.zeros(3), 0), V, "temperature must be > 0"),
+        ("sampling.check_strategy", lambda: sampling.generate(gpt, ids, 2, top_k=0), V, "top_k"),
+        ("sampling.check_seed", lambda: sampling.generate(gpt, ids, 2, seed=1, generator=torch.Generator()), V, "seed or generator"),
+        ("sampling.check_decoder_ids", lambda: sampling.generate_ids(gpt, [3, 30], 2), V, r"prompt must lie in \[0, 11\)"),
+        ("sampling.check_prompt_rows", lambda: sampling.generate(gpt, ids[:, :0], 2), V, "tokens must hold at least one token"),
+        ("sampling.check_fits", lambda: sampling.generate(gpt, ids, 7), V, "max_new_tokens"),
+        ("sampling.check_strategies", lambda: sampling.generate_each(gpt, [3, 4], 2, [{"top_q": 1}]), V, "strategies"),
+        ("sampling.check_strategies(seed)", lambda: sampling.generate_each(gpt, [3, 4], 2, [{"seed": -1}]), V, "seed"),
+        ("sampling.check_continuations", lambda: sampling.continuation_log_probs(gpt, [3], [[]]), V, "continuations"),
+        # training
+        ("training.check_schedule", lambda: training.warmup_cosine_schedule(5, 5), V, "warmup_steps"),
+        ("training.check_schedule(min_ratio)", lambda: training.warmup_cosine_schedule(1, 5, 2.0), V, "min_ratio"),
+        ("training.check_lm_logits", lambda: training.causal_lm_loss(torch.zeros(1, 3, 5), ids[:, :2]), V, "logits"),
+        ("training.check_lm_logits(length)", lambda: training.causal_lm_loss(torch.zeros(1, 1, 5), ids[:, :1]), V, "2 tokens per row"),
+        ("training.check_loss", lambda: training.perplexity(-1.0), V, "loss must be a cross-entropy"),
+        ("training.check_loss(type)", lambda: training.perplexity("1"), T, "loss must be a real number"),
+        ("training.check_token_stream", lambda: training.lm_batch(torch.arange(4), 2, 4), V, "ids must be a 1-D token tensor"),
+        ("training.check_windows", lambda: training.evaluate_lm(gpt, torch.arange(3), 4), V, "context = 4"),
+        ("training.check_trainable", lambda: preference.train_sft(frozen, pairs, 1, batch_size=1), V, "policy has no trainable"),
+        # data
+        ("data.check_chapters_dir", lambda: data.build_corpus(tmp / "missing"), V, "chapters_dir"),
+        ("data.check_paragraph_split", lambda: data.split_paragraphs("a\n\nb", val_every=3), V, "val_every"),
+        ("data.check_checkpoint_path", lambda: data.load_gpt_checkpoint(tmp / "none.pt"), V, "no checkpoint"),
+        # plotting
+        ("plotting.check_description", lambda: plotting.show("too short"), V, "description"),
+        ("plotting.check_labels", lambda: plotting.attention_heatmap(torch.ones(2, 2), x_labels=["a"]), V, "x_labels"),
+        ("plotting.check_weight_map", lambda: plotting.attention_heatmap(torch.ones(2)), V, "weights"),
+        ("plotting.check_mask_map", lambda: plotting.plot_mask(torch.ones(2, 3, dtype=torch.bool), labels=["a", "b"]), V, "square"),
+        ("plotting.check_map_grid", lambda: plotting.heatmap_grid([torch.ones(2, 2)], ncols=1.5), V, "ncols"),
+        # tasks
+        ("tasks.check_generator", lambda: tasks.random_tokens(1, 2, 8, generator=0), T, "generator must be a torch.Generator"),
+        ("tasks.check_task_vocab", lambda: tasks.random_tokens(1, 2, 3), V, "vocab_size"),
+        ("tasks.check_src_target", lambda: tasks.prompt_batch(ids, torch.ones(2, 2, dtype=torch.long)), V, "src and target"),
+        # widgets
+        ("widgets.check_choice_values", lambda: widgets.Choice([]), V, "Choice needs at least one value"),
+        ("widgets.check_choice_values(default)", lambda: widgets.Choice([1, 2], value=3), V, "default 3"),
+        ("widgets.check_control", lambda: widgets.explore(print, static=False, n=5), V, "a control must be"),
+        ("widgets.check_controls", lambda: widgets.explore(print), V, "at least one control"),
+        ("widgets.check_static_combinations", lambda: widgets.explore(lambda a, b: None, static=True, a=list(range(9)), b=list(range(9))),
+         V, "combinations is too many"),
+        # forests
+        ("forests.check_feature_matrix", lambda: forests.tree_predictions(small_forest, np.array([[np.nan, 1.0]])), V, "X must be finite"),
+        ("forests.check_targets", lambda: forests.oob_error_curve(small_forest, np.eye(4), [0, 1]), V, "y must be 1-D"),
+        ("forests.check_same_features", lambda: forests.tree_correlation(small_forest, np.eye(4), [0, 1, 0, 1], np.eye(3)),
+         V, "X_eval"),
+        ("forests.check_two_features", lambda: forests.plot_decision_regions(small_forest, np.eye(4), [0, 1, 0, 1]), V,
+         "X of shape"),
+        ("forests.check_train_rows", lambda: forests.tree_correlation(small_forest, np.eye(4), [0, 1, 0, 1], np.eye(4),
+                                                                      train_size=1), V, "train_size"),
+        ("forests.check_fitted", lambda: forests.tree_predictions(
+            __import__("sklearn.ensemble", fromlist=["RandomForestClassifier"]).RandomForestClassifier(), np.eye(2)),
+         V, "not fitted"),
+        ("forests.check_oob_forest", lambda: forests.oob_error_curve(small_forest, np.eye(4), [0, 1, 0, 1]), V,
+         "bootstrap=True"),
+        ("forests.check_forest_size", lambda: forests.tree_correlation(
+            __import__("sklearn.ensemble", fromlist=["RandomForestRegressor"]).RandomForestRegressor(n_estimators=1),
+            np.eye(4), [0.0, 1.0, 2.0, 3.0], np.eye(4), n_fits=2), V, "at least 2 trees"),
+        # reasoning
+        ("reasoning.check_characters", lambda: reasoning.encode("a?"), V, "text may only use"),
+        ("reasoning.check_group_rewards", lambda: reasoning.group_advantages(torch.zeros(5), 2), V, "group_size"),
+        ("reasoning.check_grpo_args", lambda: reasoning.grpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(2),
+                                                                  torch.ones(2, 3), beta=0.0), V, "mask must be boolean"),
+        ("reasoning.check_kl_reference", lambda: reasoning.train_grpo(gpt, None, 1, 1, beta=0.1), V, "reference"),
+        # preference
+        ("preference.check_letter", lambda: preference.letter_share("abc", "ab"), V, "letter"),
+        ("preference.check_paired_scores", lambda: preference.win_rate([1.0], [1.0, 2.0]), V, "other_scores"),
+        ("preference.check_sentence_prompts", lambda: preference.sentence_prompts("a b.", lambda t: [1], 4), V,
+         "prompt_tokens=4"),
+        ("preference.check_pair_sampling", lambda: preference.make_pairs(gpt, ids[:0], 2, len, str), V, "prompts"),
+        ("preference.check_pair_sampling(callables)", lambda: preference.make_pairs(gpt, ids, 2, 3, str), T, "score and decode"),
+        ("preference.check_judged", lambda: preference.make_pairs(gpt, ids, 2, lambda t: float("nan"), str), V, "score must return"),
+        # instruct and LoRA
+        ("lora.check_examples", lambda: instruct.pad_batch([], 0), V, "examples"),
+        ("lora.check_micro_batches", lambda: instruct.accumulate_gradients(gpt, [(ids, torch.zeros(1, 3, dtype=torch.bool))]),
+         V, "micro_batches hold no answer tokens"),
+        ("lora.check_targets_found", lambda: lora.add_lora(tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8), 2, 4.0, ["nope"]), V,
+         "targets"),
+        ("lora.check_has_adapters", lambda: lora.save_lora(gpt, tmp / "x.pt"), V, "no LoRA adapters"),
+        ("lora.check_adapter_record", lambda: lora.load_lora(tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8), tmp / "other.pt"), V,
+         "not a LoRA adapter file"),
+        ("lora.check_adapters_match", lambda: lora.load_lora(lora_model, tmp / "other_adapters.pt"), V, "adapters differ"),
+        ("lora.check_adapter_shape", lambda: lora.load_lora(other_model, tmp / "adapters.pt"), V, "has shape"),
+        # fine-tuning
+        ("finetune.check_head_args", lambda: finetune.head_logits(torch.zeros(1, 2, 3), torch.ones(1, 2), torch.zeros(2, 4),
+                                                                  torch.zeros(2)), V, "weight"),
+        ("finetune.check_start_layer", lambda: finetune.train_classifier(classifier, torch.zeros(2, 3, 8), torch.ones(2, 3),
+                                                                         torch.tensor([0, 1]), lr=1e-3, epochs=1), V,
+         "start_layer"),
+        ("finetune.check_class_scores", lambda: finetune.accuracy(torch.zeros(3, 2), torch.zeros(2)), V, "labels"),
+        ("finetune.check_rank_pair", lambda: finetune.spearman(torch.zeros(3), torch.zeros(4)), V, "a and b"),
+        ("finetune.check_embedding_pair", lambda: finetune.similarity_agreement(torch.zeros(2, 3), torch.zeros(2, 3)), V,
+         "before and after"),
+        ("scalars.check_bool(embeddings)", lambda: finetune.set_trainable(classifier, 0, embeddings="no"), T, "embeddings"),
+        # pretrained
+        ("pretrained.check_bert_config", lambda: minilm.MiniLMConfig.from_json(tmp / "config.json"), V, "hidden_act"),
+        ("pretrained.check_model_dir", lambda: minilm.load_minilm(model_dir=tmp), V, "no model.safetensors"),
+        ("pretrained.check_bert_state", lambda: bert.load_bert_state_dict({}), V, "the checkpoint lacks"),
+        ("pretrained.check_position_table", lambda: bert(torch.zeros(1, 5, dtype=torch.long)), V, "position table"),
+        ("pretrained.check_mask_like", lambda: bert(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 2)), V,
+         "attention_mask"),
+        ("pretrained.check_embedding_matrix", lambda: minilm.cosine_matrix(torch.zeros(3)), V, "embeddings"),
+        ("pretrained.check_text_list", lambda: encoder.token_ids([]), V, "texts"),
+        ("pretrained.check_text_list(encode)", lambda: encoder.encode("one sentence"), V, "list of strings"),
+        ("pretrained.check_gguf_file", lambda: gguf.read_gguf(tmp / "none.gguf"), V, r"\.gguf file"),
+        ("pretrained.check_rotary_rows", lambda: gguf.unpermute_rotary_rows(torch.zeros(6, 2), 2), V, "num_heads"),
+        ("pretrained.check_bpe_metadata", lambda: gguf.bpe_tokenizer_from_gguf({"tokenizer.ggml.model": "llama"}), V,
+         "tokenizer.ggml.model"),
+        ("pretrained.check_llama_metadata", lambda: llama.LlamaConfig.from_gguf({"general.architecture": "gpt2"}), V,
+         "general.architecture"),
+        ("pretrained.check_tied_head", lambda: llama.llama_state_from_gguf({"output.weight": torch.zeros(1)}, smol.config), V,
+         "output matrix"),
+        ("pretrained.check_ids_input", lambda: smol.logits(torch.zeros(1, 2, dtype=torch.long)), V, "1-D list/tensor"),
+        ("pretrained.check_nonempty_ids", lambda: smol.logits(torch.zeros(0, dtype=torch.long)), V, "at least one token"),
+        ("pretrained.check_chat_template", lambda: smol.chat([{"role": "user", "content": "hi"}]), V, "chat template"),
+        ("pretrained.check_full_rotary", lambda: llama.LlamaConfig.from_gguf(llama_meta), V, "partial rotary"),
+        ("tasks.check_one_token", lambda: tasks.ioi_batch(letters), V, "must be one token"),
+        ("tasks.check_equal_lengths", lambda: tasks.ioi_batch(words, [("Mary", "John", "store", "drink"),
+                                                                     ("Tom", "James", "big park", "ball")]), V,
+         "same number of tokens"),
+        ("forests.check_grown", lambda: forests.TreeCorrelation(0.0, 1.0, 2, np.zeros(1), np.zeros((1, 2, 1)))
+         .forest_variance(3), V, "only 2 trees were grown"),
+        ("lora.check_template_prefix", lambda: instruct.chat_example(odd_template, "a prompt", "an answer"), V,
+         "chat template renders the prompt differently"),
+        ("lora.check_adapter_targets", lambda: lora.load_lora(tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8), tmp / "deep.pt"), V,
+         "has no nn.Linear at"),
+    ]
+
+
+def test_text_side_rules_refuse_a_bad_argument_and_name_it(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    from transformer_lib import lora
+    other = tl.DecoderOnlyLM(11, 16, 2, 1, max_len=8)
+    lora.add_lora(other, 2, 4.0, ["k_proj"])  # adapters at other paths than the model's
+    lora.save_lora(other, tmp_path / "other_adapters.pt")
+    failures = []
+    for name, call, error, message in _text_side_cases(tmp_path):
+        try:
+            call()
+        except error as err:
+            if not __import__("re").search(message, str(err)):
+                failures.append(f"{name}: {type(err).__name__}: {err}")
+        except Exception as err:  # noqa: BLE001 - any other error means the rule did not run
+            failures.append(f"{name}: expected {error.__name__}, got {type(err).__name__}: {err}")
+        else:
+            failures.append(f"{name}: no error")
+    assert not failures, "\n".join(failures)
+
+
+def test_each_rule_is_written_once_and_exported_by_the_package():
+    # two engineers once wrote check_generator, check_features, check_reference and check_scores
+    # in two _checks modules each: the package exported whichever was imported last
+    import ast
+    from pathlib import Path
+
+    import transformer_lib._checks as checks
+    folder = Path(checks.__file__).parent
+    where = {}
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_"):
+                where.setdefault(node.name, []).append(path.stem)
+    twice = {name: modules for name, modules in where.items() if len(modules) > 1}
+    assert not twice, f"rules defined in more than one module: {twice}"
+    assert sorted(where) == checks.__all__
+    for name, (module,) in where.items():
+        assert getattr(checks, name).__module__ == f"transformer_lib._checks.{module}"

@@ -11,10 +11,10 @@ import torch
 from hypothesis import example, given, settings, strategies as st
 
 import transformer_lib as tl
+from transformer_lib.logit_filters import (apply_repetition_penalty, apply_temperature, next_token_probs,
+                                           sample_next, top_k_filter, top_p_filter)
 from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
-from transformer_lib.sampling import (apply_repetition_penalty, apply_temperature, beam_search,
-                                      continuation_log_probs, generate, generate_each, generate_ids,
-                                      next_token_probs, sample_next, top_k_filter, top_p_filter)
+from transformer_lib.sampling import beam_search, continuation_log_probs, generate, generate_each, generate_ids
 
 
 # -- decoding strategies ------------------------------------------------------------------------

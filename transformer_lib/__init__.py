@@ -18,9 +18,10 @@ Modules, one concept each:
 * :mod:`.tiled` exact attention tile by tile with an online softmax (FlashAttention's idea, chapter 11)
 * :mod:`.sparse` sliding-window, dilated, global and BigBird attention kernels (a package: patterns,
   a readable reference kernel, blocked, flex, dilated, global tokens)
-* :mod:`.kv_cache` the key/value cache; :mod:`.sampling` decoding strategies (greedy, temperature,
-  top-k, top-p, repetition penalty, beam search) and the one generation loop every decoder shares
-  (``forward(tokens, cache=None)``, ``new_cache()``)
+* :mod:`.kv_cache` the key/value cache; :mod:`.logit_filters` decoding strategies on one step's
+  logits (greedy, temperature, top-k, top-p, repetition penalty); :mod:`.sampling` the generation
+  loops every decoder shares (batch, one prompt, several strategies, beam search,
+  log-probabilities; ``forward(tokens, cache=None)``, ``new_cache()``)
 * :mod:`.pretrained` real weights in the library's own models: all-MiniLM-L6-v2 (:mod:`.pretrained.minilm`),
   GGUF files (:mod:`.pretrained.gguf`), Llama's config and name map (:mod:`.pretrained.llama`),
   SmolLM2 (:mod:`.pretrained.smollm2`, chapter 17)

@@ -25,8 +25,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int, check_probability
-from ._checks.finetune import check_labelled_batch, check_training_settings
+from ._checks import check_bool, check_int, check_probability
+from ._checks.finetune import (check_class_scores, check_embedding_pair, check_head_args, check_labelled_batch,
+                               check_rank_pair, check_start_layer, check_training_settings)
+from ._checks import check_instance
+from ._checks.training import check_trainable
 from .pretrained.minilm import BertEncoder, PretrainedEncoder, cosine_matrix, mean_pool
 from .training import History, train_loop, warmup_schedule
 
@@ -60,8 +63,7 @@ class SentenceClassifier(nn.Module):
 
     def __init__(self, encoder: BertEncoder, num_classes: int = 2, dropout: float = 0.1):
         super().__init__()
-        if not isinstance(encoder, BertEncoder):
-            raise TypeError(f"encoder must be a BertEncoder (load_minilm().model), got {type(encoder).__name__}")
+        check_instance("encoder", encoder, BertEncoder, "a BertEncoder (load_minilm().model)")
         check_int("num_classes", num_classes, 2)
         check_probability("dropout", dropout)
         self.encoder = encoder
@@ -87,15 +89,7 @@ def head_logits(states: torch.Tensor, attention_mask: torch.Tensor, weight: torc
     """What :class:`SentenceClassifier`'s head computes from the last block's token states
     (B, L, D): the mean over the real tokens (``attention_mask`` (B, L), 1 = real), then
     ``pooled @ weight.T + bias`` with ``weight`` (C, D) and ``bias`` (C,); returns logits (B, C)."""
-    for name, t in (("states", states), ("weight", weight), ("bias", bias)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a float torch.Tensor, got {getattr(t, 'dtype', type(t).__name__)}")
-    if states.dim() != 3 or weight.dim() != 2 or weight.shape[1] != states.shape[-1] or bias.shape != weight.shape[:1]:
-        raise ValueError(f"states must be (B, L, D), weight (C, D) and bias (C,), got {tuple(states.shape)}, "
-                         f"{tuple(weight.shape)} and {tuple(bias.shape)}")
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != states.shape[:2]:
-        raise ValueError(f"attention_mask must be (B, L) = {tuple(states.shape[:2])}, "
-                         f"got {tuple(getattr(attention_mask, 'shape', ()))}")
+    check_head_args(states, attention_mask, weight, bias)
     return F.linear(mean_pool(states, attention_mask), weight, bias)  # (B, D) -> (B, C)
 
 
@@ -106,12 +100,10 @@ def set_trainable(model: SentenceClassifier, top_layers: int, embeddings: bool =
     ``top_layers = 0``: the head on a frozen encoder. ``top_layers = num_layers`` with
     ``embeddings=True``: full fine-tuning.
     """
-    if not isinstance(model, SentenceClassifier):
-        raise TypeError(f"model must be a SentenceClassifier, got {type(model).__name__}")
+    check_instance("model", model, SentenceClassifier, "a SentenceClassifier")
     n = len(model.encoder.blocks)
     check_int("top_layers", top_layers, 0, n)
-    if not isinstance(embeddings, bool):
-        raise TypeError(f"embeddings must be a bool, got {type(embeddings).__name__}")
+    check_bool("embeddings", embeddings)
     model.requires_grad_(False)
     model.head.requires_grad_(True)
     for block in model.encoder.blocks[n - top_layers:]:
@@ -169,14 +161,8 @@ def train_classifier(model: SentenceClassifier, inputs: torch.Tensor, attention_
     """
     check_labelled_batch(inputs, attention_mask, labels, model.head.out_features)
     check_training_settings(lr, epochs, batch_size, seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameter: call set_trainable first")
-    if start_layer is not None:
-        check_int("start_layer", start_layer, 0, len(model.encoder.blocks))
-    if (start_layer is None) != (inputs.dim() == 2):
-        raise ValueError("inputs must be token ids (N, L) without start_layer, or the frozen_states "
-                         f"(N, L, D) with it; got shape {tuple(inputs.shape)} and start_layer={start_layer}")
+    params = check_trainable("model", model, "call set_trainable first")
+    check_start_layer(inputs, start_layer, len(model.encoder.blocks))
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the head's dropout
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -225,8 +211,7 @@ def predict(model: SentenceClassifier, inputs: torch.Tensor, attention_mask: tor
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """The share of rows whose largest logit is the label's."""
-    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
-        raise ValueError(f"logits must be (N, C) and labels (N,), got {tuple(logits.shape)} and {tuple(labels.shape)}")
+    check_class_scores(logits, labels)
     return (logits.argmax(-1) == labels).float().mean().item()
 
 
@@ -244,8 +229,7 @@ def sentence_embeddings(encoder: BertEncoder, tokens: torch.Tensor, attention_ma
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     """Spearman's rank correlation of two 1-D tensors (no ties expected: cosines of real text)."""
-    if a.dim() != 1 or a.shape != b.shape or a.numel() < 3:
-        raise ValueError(f"a and b must be 1-D of the same length >= 3, got {tuple(a.shape)} and {tuple(b.shape)}")
+    check_rank_pair(a, b)
     ra = a.double().argsort().argsort().double()  # ranks 0 .. n-1
     rb = b.double().argsort().argsort().double()
     ra, rb = ra - ra.mean(), rb - rb.mean()
@@ -259,8 +243,6 @@ def similarity_agreement(before: torch.Tensor, after: torch.Tensor) -> float:
     1.0: fine-tuning kept the pretrained similarity ranking exactly (what MiniLM was trained for);
     lower: it reshaped the embedding space for the new task.
     """
-    if before.dim() != 2 or before.shape != after.shape or before.shape[0] < 3:
-        raise ValueError(f"before and after must be (N, D) of the same shape, N >= 3, got "
-                         f"{tuple(before.shape)} and {tuple(after.shape)}")
+    check_embedding_pair(before, after)
     i, j = torch.triu_indices(before.shape[0], before.shape[0], offset=1)  # each pair once
     return spearman(cosine_matrix(before)[i, j], cosine_matrix(after)[i, j])

@@ -29,30 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import check_choice, check_int, check_number, check_rho_sigma2, check_trees
+from ._checks.forests import (check_feature_matrix, check_fitted, check_forest_size, check_grown, check_oob_forest,
+                             check_same_features, check_targets, check_train_rows, check_two_features)
 
 __all__ = ["average_variance", "equicorrelated_draws", "simulated_average_variance",
            "default_max_features", "tree_predictions", "TreeCorrelation", "tree_correlation",
            "oob_error_curve", "imbalanced_blobs", "plot_decision_regions"]
-
-
-def _features(name: str, X) -> np.ndarray:
-    """A finite (n, p) feature matrix with n >= 1 (NaN would reach scikit-learn's trees)."""
-    X = np.asarray(X)
-    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"{name} must be a 2-D (n, p) array with n, p >= 1, got shape {X.shape}")
-    if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
-        raise ValueError(f"{name} must hold real numbers, got dtype {X.dtype}")
-    if not np.isfinite(X).all():
-        raise ValueError(f"{name} must be finite, got NaN or inf")
-    return X
-
-
-def _labels(y, n: int) -> np.ndarray:
-    """Targets y (n,), one per row of X."""
-    y = np.asarray(y)
-    if y.ndim != 1 or len(y) != n:
-        raise ValueError(f"y must be 1-D with one entry per row of X ({n}), got shape {y.shape}")
-    return y
 
 
 def average_variance(rho: float, sigma2: float, n_trees: int) -> float:
@@ -113,9 +95,8 @@ def tree_predictions(forest, X) -> np.ndarray:
 
     The forest's own prediction is the mean over the first axis.
     """
-    X = _features("X", X)
-    if not hasattr(forest, "estimators_"):
-        raise ValueError("the forest is not fitted yet: call fit(X, y) first")
+    X = check_feature_matrix("X", X)
+    check_fitted(forest)
     if hasattr(forest, "predict_proba"):
         rows = [tree.predict_proba(X)[:, -1] for tree in forest.estimators_]  # each (n,)
     else:
@@ -147,8 +128,7 @@ class TreeCorrelation:
         same sums); at smaller sizes it is an independent check of the formula's 1/B shape.
         """
         check_trees(n_trees)
-        if n_trees > self.n_trees:
-            raise ValueError(f"only {self.n_trees} trees were grown, asked for {n_trees}")
+        check_grown(n_trees, self.n_trees)
         sub = self.deviations[:, :n_trees].mean(axis=1)  # (n_fits, n_eval): forests of n_trees trees
         return float((sub ** 2).mean())
 
@@ -178,10 +158,9 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
     """
     from sklearn.base import clone
 
-    X, X_eval = _features("X", X), _features("X_eval", X_eval)
-    y = _labels(y, len(X))
-    if X_eval.shape[1] != X.shape[1]:
-        raise ValueError(f"X_eval must have the {X.shape[1]} features of X, got {X_eval.shape[1]}")
+    X, X_eval = check_feature_matrix("X", X), check_feature_matrix("X_eval", X_eval)
+    y = check_targets(y, len(X))
+    check_same_features(X, X_eval)
     check_int("n_fits (a correlation over training sets needs several)", n_fits, 2)
     check_int("seed", seed, 0)
     if isinstance(train_size, float):  # a fraction of the rows
@@ -189,8 +168,7 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
         n_train = int(round(train_size * len(X)))
     else:
         n_train = check_int("train_size", train_size)
-    if not 2 <= n_train <= len(X):
-        raise ValueError(f"train_size must give between 2 and {len(X)} rows, got {train_size!r}")
+    check_train_rows(n_train, len(X), train_size)
     rng = np.random.default_rng(seed)
     preds = []
     for k in range(n_fits):
@@ -200,8 +178,7 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
         preds.append(tree_predictions(forest, X_eval))  # (B, n_eval)
     T = np.stack(preds)  # (n_fits, B, n_eval)
     n_trees = T.shape[1]
-    if n_trees < 2:
-        raise ValueError("a correlation between trees needs a forest of at least 2 trees")
+    check_forest_size(n_trees)
     dev = T - T.mean(axis=(0, 1), keepdims=True)  # (n_fits, B, n_eval)
     sigma2_x = (dev ** 2).mean(axis=(0, 1))  # (n_eval,)
     s = dev.sum(axis=1)  # (n_fits, n_eval): sum over trees of one fit
@@ -223,15 +200,10 @@ def oob_error_curve(forest, X, y) -> np.ndarray:
     scikit-learn's ``oob_score_``); regressors: mean squared error. The forest must have been
     fitted on exactly (X, y) with ``bootstrap=True``.
     """
-    X = _features("X", X)
-    y = _labels(y, len(X))
-    if not getattr(forest, "bootstrap", False):
-        raise ValueError("out-of-bag error needs a forest fitted with bootstrap=True")
-    if not hasattr(forest, "estimators_"):
-        raise ValueError("the forest is not fitted yet: call fit(X, y) first")
+    X = check_feature_matrix("X", X)
+    y = check_targets(y, len(X))
+    check_oob_forest(forest, X, y)
     samples = forest.estimators_samples_
-    if len(X) != len(y) or max(int(s.max()) for s in samples) >= len(X):
-        raise ValueError("X, y must be the data the forest was fitted on")
     classifier = hasattr(forest, "predict_proba")
     n = len(X)
     total = np.zeros((n, len(forest.classes_))) if classifier else np.zeros(n)
@@ -277,10 +249,9 @@ def plot_decision_regions(model, X, y, ax=None, title: str | None = None, resolu
     scatter the points on top (class 0 grey dots, class 1 dark crosses). Returns the axes."""
     import matplotlib.pyplot as plt
 
-    X = _features("X", X)
-    y = _labels(y, len(X))
-    if X.shape[1] != 2:
-        raise ValueError(f"decision regions need 2-D inputs, X of shape (n, 2); got {X.shape}")
+    X = check_feature_matrix("X", X)
+    y = check_targets(y, len(X))
+    check_two_features(X)
     check_int("resolution", resolution, 2)
     check_number("margin", margin, 0.0)
     if ax is None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ._checks import lora as _lc
 from ._checks.scalars import check_int, check_number
+from ._checks.training import check_trainable
 from .training import History, train_loop
 
 IGNORE_INDEX = -100  # the label cross_entropy skips (Hugging Face's convention for prompt tokens)
@@ -43,8 +44,7 @@ def chat_example(smol, prompt: str, answer: str, system: str | None = None) -> t
         [{"role": "user", "content": prompt}]
     prompt_text = smol.chat(messages, add_generation_prompt=True)
     full = smol.chat(messages + [{"role": "assistant", "content": answer}], add_generation_prompt=False)
-    if not full.startswith(prompt_text):
-        raise ValueError("the chat template renders the prompt differently with an answer after it")
+    _lc.check_template_prefix(prompt_text, full)
     prompt_ids = smol.tokenizer.encode(prompt_text).ids
     answer_ids = smol.tokenizer.encode(answer).ids + [smol.eos_id]  # stop after the answer
     ids = torch.tensor(prompt_ids + answer_ids, dtype=torch.long)
@@ -55,8 +55,7 @@ def chat_example(smol, prompt: str, answer: str, system: str | None = None) -> t
 def pad_batch(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad ``(ids, mask)`` pairs to (B, L) tensors; padding is masked out. A causal model's
     outputs at real positions never see the pads that come after them."""
-    if not examples:
-        raise ValueError("examples must hold at least one (ids, mask) pair")
+    _lc.check_examples(examples)
     L = max(len(ids) for ids, _ in examples)
     tokens = torch.full((len(examples), L), pad_id, dtype=torch.long)
     mask = torch.zeros(len(examples), L, dtype=torch.bool)
@@ -90,11 +89,7 @@ def accumulate_gradients(model: nn.Module, micro_batches) -> float:
     gradients that pile up in ``.grad`` equal one backward pass over the whole batch (up to
     rounding), with only one micro-batch's activations in memory at a time."""
     micro_batches = list(micro_batches)
-    if not micro_batches:
-        raise ValueError("micro_batches must hold at least one (tokens, mask) pair")
-    total = sum(int(m[:, 1:].sum()) for _, m in micro_batches)  # answer tokens that get a loss
-    if total == 0:
-        raise ValueError("micro_batches hold no answer tokens (mask is False everywhere after position 0)")
+    total = _lc.check_micro_batches(micro_batches)  # answer tokens that get a loss
     loss_sum = 0.0
     for tokens, mask in micro_batches:
         loss = answer_only_loss(model(tokens), tokens, mask, reduction="sum") / total
@@ -116,11 +111,8 @@ def train_lora(model: nn.Module, examples, steps: int, batch_size: int = 8, accu
                                        check_int("accumulation", accumulation, high=batch_size))
     check_number("lr", lr, low=0.0, low_open=True)
     examples = list(examples)
-    if len(examples) < batch_size:
-        raise ValueError(f"examples must hold at least batch_size = {batch_size} examples, got {len(examples)}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameters: call add_lora(model, ...) first")
+    _lc.check_examples(examples, batch_size)
+    params = check_trainable("model", model, "call add_lora(model, ...) first")
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     rng, state = random.Random(seed), {"order": []}
 

@@ -122,10 +122,7 @@ def add_lora(model: nn.Module, rank: int, alpha: float, targets, dropout: float 
     found = [(path, m) for path, m in model.named_modules() if path and isinstance(m, nn.Linear)
              and matches_target(path, targets)]
     missing = [t for t in targets if not any(matches_target(path, [t]) for path, _ in found)]
-    if missing:
-        linears = [p for p, m in model.named_modules() if isinstance(m, nn.Linear)]
-        example = ", ".join(linears[:4]) + (", ..." if len(linears) > 4 else "") if linears else "none"
-        raise ValueError(f"targets {missing!r} match no nn.Linear in the model (its nn.Linear paths: {example})")
+    _lc.check_targets_found(model, missing)
     for p in model.parameters():
         p.requires_grad_(False)
     for path, linear in found:
@@ -183,8 +180,7 @@ def save_lora(model: nn.Module, path: str | Path, **metadata) -> int:
     """Write only the adapters (and each one's rank and alpha) to ``path``; returns the file's size in
     bytes. Extra ``metadata`` (str, numbers, lists of those: the base model's name, the task) is kept."""
     modules = lora_modules(model)
-    if not modules:
-        raise ValueError("model has no LoRA adapters to save: call add_lora(model, ...) first")
+    _lc.check_has_adapters(modules)
     record = {"format": FORMAT, "modules": {p: {"rank": m.rank, "alpha": m.alpha} for p, m in modules.items()},
               "state": lora_state_dict(model), "metadata": dict(metadata)}
     path = Path(path)
@@ -202,29 +198,22 @@ def load_lora(model: nn.Module, path: str | Path, dropout: float = 0.0) -> dict:
     """
     _lc.check_lora_model(model)
     record = torch.load(Path(path), map_location="cpu", weights_only=True)
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ValueError(f"path {str(path)!r} is not a LoRA adapter file written by save_lora ({FORMAT})")
+    _lc.check_adapter_record(record, path, FORMAT)
     stored, have = record["modules"], lora_modules(model)
     if not have:
         names = dict(model.named_modules())
-        bad = [p for p in stored if not isinstance(names.get(p), nn.Linear)]
-        if bad:
-            raise ValueError(f"model has no nn.Linear at {bad[:3]} named in the adapter file {str(path)!r}")
+        _lc.check_adapter_targets(names, stored, path)
         for p in model.parameters():
             p.requires_grad_(False)
         for p, cfg in stored.items():
             _set_module(model, p, LoRALinear(names[p], cfg["rank"], cfg["alpha"], dropout))
         have = lora_modules(model)
-    if set(have) != set(stored) or any(have[p].rank != c["rank"] or have[p].alpha != c["alpha"]
-                                       for p, c in stored.items()):
-        raise ValueError(f"model's adapters differ from those in {str(path)!r} (paths, rank or alpha)")
+    _lc.check_adapters_match(have, stored, path)
     with torch.no_grad():
         for p, m in have.items():
             for name in ("lora_A", "lora_B"):
                 t = record["state"][f"{p}.{name}"]
                 param = getattr(m, name)
-                if t.shape != param.shape:
-                    raise ValueError(f"{p}.{name} has shape {tuple(t.shape)} in {str(path)!r}, "
-                                     f"the model's is {tuple(param.shape)}")
+                _lc.check_adapter_shape(f"{p}.{name}", t, param, path)
                 param.copy_(t)
     return dict(record.get("metadata", {}))

@@ -15,6 +15,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from ._checks.plotting import check_description, check_map_grid, check_mask_map, check_weight_map
+
 __all__ = ["attention_heatmap", "plot_mask", "heatmap_grid", "new_figure", "show", "figure_description"]
 
 _CAPTURING = False  # True while a widget precomputes its static panels (it saves the figures itself)
@@ -29,12 +31,7 @@ def show(description: str, fig=None) -> None:
     metadata (``{"image/png": {"alt": ...}}``), where the book build turns it into the ``alt`` of
     the ``<img>``.
     """
-    if not isinstance(description, str):
-        raise TypeError(f"description must be a str (a sentence saying what the figure shows), got "
-                        f"{type(description).__name__}")
-    if len(description.split()) < 4:
-        raise ValueError("description must be a sentence saying what the figure shows (at least four words), "
-                         f"got {description!r}")
+    check_description(description)
     fig = plt.gcf() if fig is None else fig
     fig._tlib_description = " ".join(description.split())
     if _CAPTURING:
@@ -70,16 +67,6 @@ def _to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _check_labels(name: str, labels, size: int) -> None:
-    """Tick labels: None, or one string per row/column (a bare string would be one per character)."""
-    if labels is None:
-        return
-    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
-        raise TypeError(f"{name} must be a list of str, one per row or column, got {type(labels).__name__}")
-    if len(labels) != size:
-        raise ValueError(f"{name} must have one label per row or column ({size}), got {len(labels)}")
-
-
 def new_figure(ncols: int = 1, nrows: int = 1, size: float = 3.2, **kwargs):
     """``plt.subplots`` with a size that suits the book's page width."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows * 0.95),
@@ -93,12 +80,7 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
                       ylabel: str = "query"):
     """Draw a (L_q, L_k) weight matrix: rows are queries, columns keys. Returns the axes."""
     w = _to_numpy(weights)
-    if w.ndim != 2 or w.size == 0:
-        raise ValueError(f"weights must be 2-D (L_q, L_k) and non-empty, got shape {w.shape}")
-    if not np.issubdtype(w.dtype, np.number) and w.dtype != bool:
-        raise ValueError(f"weights must be numbers, got dtype {w.dtype}")
-    _check_labels("x_labels", x_labels, w.shape[1])
-    _check_labels("y_labels", y_labels, w.shape[0])
+    check_weight_map(w, x_labels, y_labels)
     if ax is None:
         _, axes = new_figure()
         ax = axes[0, 0]
@@ -123,14 +105,8 @@ def attention_heatmap(weights, x_labels: Sequence[str] | None = None, y_labels: 
 def plot_mask(mask, ax=None, title: str | None = None, labels: Sequence[str] | None = None):
     """Draw a boolean (L_q, L_k) mask: dark = may attend, light = blocked."""
     m = _to_numpy(mask)
-    if m.ndim != 2 or m.size == 0:
-        raise ValueError(f"mask must be 2-D (L_q, L_k) and non-empty, got shape {m.shape}")
-    if m.dtype != bool and not (np.issubdtype(m.dtype, np.number) and np.isin(m, (0, 1)).all()):
-        raise ValueError(f"mask must be boolean (True = may attend) or 0/1, got dtype {m.dtype}")
+    check_mask_map(m, labels)
     m = m.astype(float)
-    if labels is not None and m.shape[0] != m.shape[1]:
-        raise ValueError(f"labels name both axes, so the mask must be square, got shape {m.shape}")
-    _check_labels("labels", labels, m.shape[1])
     if ax is None:
         _, axes = new_figure()
         ax = axes[0, 0]
@@ -148,15 +124,7 @@ def heatmap_grid(maps: Sequence, titles: Sequence[str] | None = None, ncols: int
                  x_labels=None, y_labels=None, size: float = 2.6, suptitle: str | None = None,
                  vmax: float | None = 1.0):
     """Several attention maps side by side (e.g. one per head). Returns the figure."""
-    if isinstance(maps, (str, bytes)) or not hasattr(maps, "__len__"):
-        raise TypeError(f"maps must be a list of (L_q, L_k) maps, got {type(maps).__name__}")
-    n = len(maps)
-    if n == 0:
-        raise ValueError("maps must hold at least one map")
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols must be a positive integer, got {ncols!r}")
-    if titles is not None and len(titles) != n:
-        raise ValueError(f"titles must have one title per map ({n}), got {len(titles)}")
+    n = check_map_grid(maps, titles, ncols)
     ncols = min(ncols, n)
     nrows = (n + ncols - 1) // ncols
     fig, axes = new_figure(ncols, nrows, size=size)

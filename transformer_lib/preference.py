@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks.preference import check_dpo_args, check_scores, check_sequence_logprobs_args, check_training_args
+from ._checks.preference import (check_dpo_args, check_judged, check_letter, check_pair_sampling, check_paired_scores,
+                                 check_scores, check_sentence_prompts, check_sequence_logprobs_args,
+                                 check_training_args)
 from ._checks.scalars import check_int, check_number
-from ._checks.tokens import check_token_ids
+from ._checks.training import check_trainable
 from .training import History, train_loop
 
 __all__ = ["sequence_logprobs", "dpo_loss", "letter_share", "win_rate", "sentence_prompts", "PreferencePairs",
@@ -75,10 +77,7 @@ def letter_share(text: str, letter: str = "e") -> float:
     A rule anyone can check by eye, and one the model can learn from its own samples: English
     prose has about 12% e's, and avoiding them means avoiding "the", "be", "we" ... The judge
     prefers the answer with the *smaller* share. A text with no letters scores 0."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not isinstance(letter, str) or len(letter) != 1 or not letter.isalpha():
-        raise ValueError(f"letter must be a single letter, got {letter!r}")
+    check_letter(text, letter)
     letters = [c for c in text.lower() if c.isalpha()]
     return sum(c == letter.lower() for c in letters) / len(letters) if letters else 0.0
 
@@ -87,8 +86,7 @@ def win_rate(scores, other_scores) -> float:
     """The share of pairs (i-th score against the i-th other score) that ``scores`` win, a tie
     counting one half; higher scores win. 0.5 means no better than the other side."""
     a, b = check_scores("scores", scores), check_scores("other_scores", other_scores)
-    if a.shape != b.shape:
-        raise ValueError(f"other_scores must have one score per entry of scores ({a.numel()}), got {b.numel()}")
+    check_paired_scores(a, b)
     return float(((a > b).double() + 0.5 * (a == b).double()).mean())
 
 
@@ -97,15 +95,10 @@ def sentence_prompts(text: str, encode, prompt_tokens: int = 4) -> torch.Tensor:
 
     Sentences end at '.', '!', '?' or a blank line; equal lengths let one batched call of the
     generation loop answer every prompt at once."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not callable(encode):
-        raise TypeError("encode must be a callable: encode(text) -> token ids")
-    check_int("prompt_tokens", prompt_tokens, 1)
+    check_sentence_prompts(text, encode, prompt_tokens)
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text) if s.strip()]
     rows = [ids[:prompt_tokens] for ids in map(list, map(encode, sentences)) if len(ids) >= prompt_tokens]
-    if not rows:
-        raise ValueError(f"text has no sentence of at least prompt_tokens={prompt_tokens} tokens")
+    check_sentence_prompts(text, encode, prompt_tokens, len(rows))
     return torch.tensor(rows, dtype=torch.long)  # (N, P)
 
 
@@ -141,21 +134,13 @@ def make_pairs(model: nn.Module, prompts: torch.Tensor, new_tokens: int, score, 
     """
     from .sampling import generate
 
-    check_token_ids(prompts, torch.iinfo(torch.long).max, "prompts")
-    if prompts.shape[0] == 0 or prompts.shape[1] == 0:
-        raise ValueError(f"prompts must hold at least one prompt of at least one token, got {tuple(prompts.shape)}")
-    check_int("new_tokens", new_tokens, 1)
-    check_number("temperature", temperature, 0, low_open=True)
-    check_int("seed", seed, 0)
-    if not callable(score) or not callable(decode):
-        raise TypeError("score and decode must be callables: score(text) -> number, decode(ids) -> text")
+    check_pair_sampling(prompts, new_tokens, temperature, seed, score, decode)
     P = prompts.shape[1]
     model.eval()
     both = torch.cat([prompts, prompts])  # (2N, P): each prompt twice
     answers = generate(model, both, new_tokens, temperature=temperature, seed=seed)  # (2N, P + n)
     scores = torch.tensor([float(score(decode(row[P:].tolist()))) for row in answers], dtype=torch.float64)
-    if not bool(torch.isfinite(scores).all()):
-        raise ValueError("score must return a finite number for every answer, got NaN or inf")
+    check_judged(scores)
     first, second = answers.chunk(2)  # (N, P + n) each
     s1, s2 = scores.chunk(2)
     keep = s1 != s2
@@ -189,11 +174,6 @@ def _metrics(policy, pairs, ref_chosen, ref_rejected, beta) -> dict:
             "accuracy": (chosen > rejected).double().mean().item()}
 
 
-def _check_trainable(policy: nn.Module) -> None:
-    if not any(p.requires_grad for p in policy.parameters()):
-        raise ValueError("policy has no parameter that requires grad: nothing to train")
-
-
 def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, beta: float, steps: int,
               batch_size: int = 16, lr: float = 1e-3, seed: int = 0, eval_pairs: PreferencePairs | None = None,
               eval_every: int = 10, callback=None) -> History:
@@ -211,7 +191,7 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, b
     check_training_args(steps, batch_size, lr, seed)
     check_number("beta", beta, 0, low_open=True)
     check_int("eval_every", eval_every, 1)
-    _check_trainable(policy)
+    check_trainable("policy", policy, "nothing to train")
     reference.eval()  # frozen: read under no_grad only, and not given to the optimizer
     with torch.no_grad():
         ref_chosen, ref_rejected = pair_logprobs(reference, pairs)  # (N,) each, fixed
@@ -242,7 +222,7 @@ def train_sft(policy: nn.Module, pairs: PreferencePairs, steps: int, batch_size:
     dropout off) as :func:`train_dpo`; returns the :class:`~transformer_lib.training.History`
     whose ``loss`` is the per-step loss (mean negative log-probability per answer token)."""
     check_training_args(steps, batch_size, lr, seed)
-    _check_trainable(policy)
+    check_trainable("policy", policy, "nothing to train")
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     n_answer = pairs.mask[:, 1:].sum(-1).clamp_min(1)  # (N,) scored tokens per answer

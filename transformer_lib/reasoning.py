@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks.scalars import check_int, check_number
+from ._checks.reasoning import check_characters, check_grpo_args, check_group_rewards, check_kl_reference
 from .sampling import generate
 from .training import fit
 
@@ -43,9 +44,7 @@ _ID = {c: i for i, c in enumerate(VOCAB)}
 
 def encode(text: str) -> list[int]:
     """Character ids of ``text`` (only the characters of :data:`VOCAB`)."""
-    bad = sorted(set(text) - set(VOCAB))
-    if bad:
-        raise ValueError(f"text may only use the characters {VOCAB!r}, got {bad}")
+    check_characters(text, VOCAB)
     return [_ID[c] for c in text]
 
 
@@ -167,11 +166,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True)
     deviation (``torch.std``, unbiased) plus 1e-4 when ``scale``. ``rewards`` (B,) are ordered group
     by group (B = groups * group_size). No value network: the other answers to the same prompt
     are the baseline. ``scale=False`` is Dr. GRPO's choice."""
-    if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not rewards.is_floating_point():
-        raise ValueError(f"rewards must be a 1-D float tensor (B,), got {getattr(rewards, 'shape', type(rewards))}")
-    check_int("group_size", group_size, 2)
-    if rewards.numel() == 0 or rewards.numel() % group_size:
-        raise ValueError(f"group_size={group_size} must divide the number of rewards ({rewards.numel()})")
+    check_group_rewards(rewards, group_size)
     grouped = rewards.view(-1, group_size)  # (groups, group_size)
     centred = grouped - grouped.mean(1, keepdim=True)
     if scale:
@@ -194,20 +189,7 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     ``ref_logprobs`` (the frozen reference's, None when ``beta == 0``) are constants. The clip
     stops one batch from moving a token's probability far from where it was sampled.
     """
-    if not isinstance(logprobs, torch.Tensor) or logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be a (B, T) tensor, got {getattr(logprobs, 'shape', type(logprobs))}")
-    B, T = logprobs.shape
-    for name, value in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs), ("mask", mask)):
-        if name == "ref_logprobs" and value is None and beta == 0:
-            continue
-        if not isinstance(value, torch.Tensor) or value.shape != (B, T):
-            raise ValueError(f"{name} must have the shape of logprobs {(B, T)}, got {getattr(value, 'shape', value)}")
-    if not isinstance(advantages, torch.Tensor) or advantages.shape != (B,):
-        raise ValueError(f"advantages must have shape (B,) = ({B},), got {getattr(advantages, 'shape', advantages)}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be boolean, got {mask.dtype}")
-    if not bool(mask.any(1).all()):
-        raise ValueError(f"mask has an empty row (row {int((~mask.any(1)).nonzero()[0])}): every response needs a token")
+    check_grpo_args(logprobs, old_logprobs, ref_logprobs, advantages, mask, beta)
     check_number("clip_eps", clip_eps, 0, low_open=True)
     check_number("beta", beta, 0)
     ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
@@ -248,8 +230,7 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
     (:func:`verify`) of the samples, their mean length in tokens, and the KL estimate."""
     check_int("steps", steps)
     check_int("prompts_per_step", prompts_per_step)
-    if beta != 0 and reference is None:
-        raise ValueError("reference must be a model when beta != 0 (the KL is measured against it)")
+    check_kl_reference(reference, beta)
     T = max_new_tokens or digits + 3
     generator = torch.Generator().manual_seed(seed)
     history = {"reward": [], "correct": [], "length": [], "kl": []}

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_int, check_tokens
+from ._checks import check_generator, check_int, check_tokens
+from ._checks.tokens import check_id_dtype
+from ._checks.tasks import (check_equal_lengths, check_one_token, check_src_target,
+                           check_task_vocab)
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
            "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
@@ -25,26 +28,19 @@ PAD, BOS, EOS = 0, 1, 2
 FIRST_TOKEN = 3
 
 
-def _check_generator(generator) -> None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-
-
 def random_tokens(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None):
     """(B, L) content tokens drawn uniformly from FIRST_TOKEN .. vocab_size - 1."""
     check_int("batch_size", batch_size)
     check_int("length", length)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= FIRST_TOKEN:
-        raise ValueError(f"vocab_size must be an integer > {FIRST_TOKEN} (PAD, BOS, EOS are reserved), got {vocab_size!r}")
-    _check_generator(generator)
+    check_task_vocab(vocab_size, FIRST_TOKEN)
+    check_generator("generator", generator)
     return torch.randint(FIRST_TOKEN, vocab_size, (batch_size, length), generator=generator)
 
 
 def shift_right(target: torch.Tensor, bos: int = BOS) -> torch.Tensor:
     """Decoder input for teacher forcing: BOS followed by the target minus its last token."""
     check_tokens(target, "target")
-    if target.is_floating_point() or target.dtype == torch.bool:
-        raise ValueError(f"target must hold integer token ids, got dtype {target.dtype}")
+    check_id_dtype("target", target)
     check_int("bos", bos, 0)
     start = torch.full_like(target[:, :1], bos)
     return torch.cat([start, target[:, :-1]], dim=1)  # (B, L)
@@ -83,7 +79,7 @@ def running_sum_batch(batch_size: int, length: int, generator: torch.Generator |
     check_int("batch_size", batch_size)
     check_int("length", length)
     check_int("base", base, 2)
-    _check_generator(generator)
+    check_generator("generator", generator)
     digits = torch.randint(0, base, (batch_size, length), generator=generator)  # (B, L)
     sums = digits.cumsum(dim=1) % base  # (B, L)
     return digits + FIRST_TOKEN, sums + FIRST_TOKEN
@@ -99,11 +95,7 @@ def prompt_batch(src: torch.Tensor, target: torch.Tensor, sep: int = EOS) -> tor
     check_tokens(src, "src")
     check_tokens(target, "target")
     check_int("sep", sep, 0)
-    if src.dtype != target.dtype or src.is_floating_point():
-        raise ValueError(f"src and target must hold integer token ids of one dtype, got {src.dtype} and {target.dtype}")
-    if src.shape[0] != target.shape[0]:
-        raise ValueError(f"src and target must be (B, L) with the same B, got {tuple(src.shape)} "
-                         f"and {tuple(target.shape)}")
+    check_src_target(src, target)
     separator = torch.full_like(src[:, :1], sep)  # (B, 1)
     return torch.cat([src, separator, target], dim=1)  # (B, L_s + 1 + L_t)
 
@@ -122,7 +114,7 @@ def three_lookups_batch(batch_size: int, length: int, vocab_size: int,
     check_int("batch_size", batch_size)
     check_int("length", length, 2)
     check_int("vocab_size", vocab_size, 2)
-    _check_generator(generator)
+    check_generator("generator", generator)
     tokens = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, L)
     none = torch.full((batch_size, 1), vocab_size)  # (B, 1) "no previous token"
     targets = {
@@ -178,9 +170,7 @@ def ioi_batch(tokenizer, prompts=IOI_PROMPTS):
         corrupted.append(tokenizer.encode(IOI_TEMPLATE.format(io=io, s=s, s2=io, place=place, thing=thing)).ids)
         for name, out in ((io, io_ids), (s, s_ids)):
             ids = tokenizer.encode(" " + name).ids
-            if len(ids) != 1:
-                raise ValueError(f"prompts: the name {name!r} must be one token, got {len(ids)}")
+            check_one_token(name, ids)
             out.append(ids[0])
-    if len({len(t) for t in clean + corrupted}) != 1:
-        raise ValueError("prompts must all have the same number of tokens (one-token names, places, things)")
+    check_equal_lengths(clean + corrupted)
     return torch.tensor(clean), torch.tensor(corrupted), torch.tensor(io_ids), torch.tensor(s_ids)

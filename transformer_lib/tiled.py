@@ -37,7 +37,7 @@ import math
 import torch
 
 from ._checks import (check_bool, check_causal_lengths, check_int, check_mask, check_nonempty_qkv,
-                      check_online_softmax_state, check_partial_attention, check_qkv, check_same_dtype, check_scores)
+                      check_online_softmax_state, check_partial_attention, check_qkv, check_same_dtype, check_softmax_scores)
 
 __all__ = ["online_softmax_step", "online_softmax", "tiled_attention", "merge_partial_attention",
            "tile_schedule", "count_tiles"]
@@ -96,7 +96,7 @@ def online_softmax(scores: torch.Tensor, block: int = 64) -> torch.Tensor:
     at once, which is what :func:`tiled_attention` exploits.
     """
     _check_block("block", block)
-    check_scores(scores)
+    check_softmax_scores(scores)
     m = torch.full(scores.shape[:-1], float("-inf"), dtype=scores.dtype, device=scores.device)
     l = torch.zeros_like(m)
     for start in range(0, scores.shape[-1], block):

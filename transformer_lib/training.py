@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._checks import check_int, check_number, check_token_ids
+from ._checks.training import check_lm_logits, check_loss, check_schedule, check_token_stream, check_windows
 __all__ = ["History", "train_loop", "fit", "warmup_schedule", "progress_bar", "warmup_cosine_schedule",
            "causal_lm_loss", "perplexity",
            "decay_parameter_groups", "make_adamw", "lm_batch", "evaluate_lm", "train_lm"]
@@ -170,10 +171,7 @@ def warmup_cosine_schedule(warmup_steps: int, total_steps: int, min_ratio: float
 
     With ``min_ratio = 0`` and no warmup it is torch's ``CosineAnnealingLR`` with ``T_max = total_steps``.
     """
-    if not (isinstance(warmup_steps, int) and isinstance(total_steps, int)) or warmup_steps < 0 or total_steps <= warmup_steps:
-        raise ValueError(f"need integers 0 <= warmup_steps < total_steps, got {warmup_steps!r} and {total_steps!r}")
-    if not 0.0 <= min_ratio <= 1.0:
-        raise ValueError(f"min_ratio must lie in [0, 1], got {min_ratio}")
+    check_schedule(warmup_steps, total_steps, min_ratio)
 
     def multiplier(step: int) -> float:
         if step < warmup_steps:
@@ -189,15 +187,10 @@ def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor, label_smoothing: 
     ``logits`` (B, L, V) computed from ``tokens`` (B, L); the last position has no target and the
     first token is never predicted, so L - 1 predictions per row are scored (mean over all).
     """
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() != 3 or \
-            not isinstance(tokens, torch.Tensor) or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"expected float logits (B, L, V) and tokens (B, L), got {tuple(getattr(logits, 'shape', ()))}"
-                         f" and {tuple(getattr(tokens, 'shape', ()))}")
+    check_lm_logits(logits, tokens)
     V = logits.shape[-1]
     check_token_ids(tokens, V)
     check_number("label_smoothing", label_smoothing, 0, 1)
-    if tokens.shape[1] < 2:
-        raise ValueError("need at least 2 tokens per row: one to read and one to predict")
     return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),  # (B*(L-1), V) vs (B*(L-1),)
                            label_smoothing=label_smoothing)
 
@@ -206,12 +199,7 @@ def perplexity(loss: float) -> float:
     """exp(mean cross-entropy in nats): the size of a uniform choice that is as surprised.
 
     A loss above ln(float max) ~ 709.8 gives ``inf`` (no finite perplexity), not an OverflowError."""
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        loss = loss.item()
-    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
-        raise TypeError(f"loss must be a real number, got {type(loss).__name__}")
-    if loss != loss or loss < 0:
-        raise ValueError(f"loss must be a cross-entropy >= 0, got {loss!r}")
+    loss = check_loss(loss)
     return math.exp(loss) if loss < 709.0 else float("inf")
 
 
@@ -244,9 +232,7 @@ def lm_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.
     (B, context). The model reads a window and each position predicts the next token in it."""
     check_int("batch_size", batch_size)
     check_int("context", context, 2)
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or len(ids) <= context:
-        raise ValueError(f"ids must be a 1-D token tensor longer than context = {context}, got shape "
-                         f"{tuple(getattr(ids, 'shape', ()))}")
+    check_token_stream(ids, context)
     starts = torch.randint(0, len(ids) - context + 1, (batch_size,), generator=generator)
     return torch.stack([ids[s:s + context] for s in starts.tolist()])  # (B, context)
 
@@ -260,11 +246,10 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batch_size: i
     check_int("batch_size", batch_size)
     if max_windows is not None:
         check_int("max_windows", max_windows)
+    check_windows(ids, context)
     model.eval()
     n = len(ids) // context
     n = n if max_windows is None else min(n, max_windows)
-    if n < 1 or context < 2:
-        raise ValueError(f"need at least one window of context = {context} (>= 2) tokens, got {len(ids)} tokens")
     windows = ids[: n * context].view(n, context)  # (n, context)
     device = next(model.parameters()).device
     total = 0.0

@@ -37,6 +37,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ._checks.widgets import check_choice_values, check_control, check_controls, check_static_combinations
+
 __all__ = ["explore", "Choice", "Text", "Explorer", "MAX_STATIC_COMBINATIONS"]
 
 MAX_STATIC_COMBINATIONS = 64
@@ -52,12 +54,10 @@ class Choice:
 
     def __post_init__(self):
         self.values = list(self.values)
-        if not self.values:
-            raise ValueError("a Choice needs at least one value")
+        check_choice_values(self.values)
         if self.value is None:
             self.value = self.values[len(self.values) // 2] if self.kind == "slider" else self.values[0]
-        if self.value not in self.values:
-            raise ValueError(f"default {self.value!r} is not one of the values {self.values!r}")
+        check_choice_values(self.values, self.value)
 
     @property
     def kind(self) -> str:
@@ -88,11 +88,8 @@ class Text:
 
 
 def _as_control(spec) -> Choice | Text:
-    if isinstance(spec, (Choice, Text)):
-        return spec
-    if isinstance(spec, (list, tuple, range)):
-        return Choice(list(spec))
-    raise ValueError(f"a control must be a list of values, a Choice or a Text, got {spec!r}")
+    check_control(spec, (Choice, Text))
+    return spec if isinstance(spec, (Choice, Text)) else Choice(list(spec))
 
 
 def _label(value) -> str:
@@ -197,9 +194,7 @@ class Explorer:
         names = list(self.controls)
         grids = [list(range(len(self.controls[n].values))) for n in names]
         combos = list(itertools.product(*grids))
-        if len(combos) > MAX_STATIC_COMBINATIONS:
-            raise ValueError(f"{len(combos)} combinations is too many to precompute for the static book "
-                             f"(at most {MAX_STATIC_COMBINATIONS}); use fewer values per control")
+        check_static_combinations(len(combos), MAX_STATIC_COMBINATIONS)
         uid = hashlib.sha1(("|".join([getattr(self.fn, "__qualname__", "fn"), *names, self.title or ""]
                                      + [repr(self.controls[n].values) for n in names])).encode()).hexdigest()[:10]
         default = tuple(self.controls[n].values.index(self.controls[n].value) for n in names)
@@ -254,8 +249,7 @@ def explore(fn: Callable, *, title: str | None = None, static: bool | None = Non
         explore(plot_softmax, d_k=[4, 16, 64, 256], temperature=[0.5, 1.0, 2.0],
                 title="Softmax saturation")
     """
-    if not controls:
-        raise ValueError("explore needs at least one control, e.g. explore(fn, n=[1, 2, 3])")
+    check_controls(controls)
     parsed = {name: _as_control(spec) for name, spec in controls.items()}
     if static is None:
         static = os.environ.get("TLIB_STATIC_WIDGETS", "1") != "0"

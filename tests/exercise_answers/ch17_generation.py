@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from transformer_lib.kv_cache import cache_bytes_per_token
-from transformer_lib.sampling import top_p_filter
+from transformer_lib.logit_filters import top_p_filter
 
 
 def cache_bytes_reference(num_layers, num_kv_heads, head_dim, bytes_per_element, num_tokens, batch=1):

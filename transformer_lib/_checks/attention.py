@@ -124,7 +124,7 @@ def check_online_softmax_state(running_max, running_sum, scores) -> None:
                          f"{tuple(running_max.shape)}, {tuple(running_sum.shape)}, {tuple(scores.shape)}")
 
 
-def check_scores(scores) -> None:
+def check_softmax_scores(scores) -> None:
     """Floating scores with at least one dimension, the last (the one a softmax runs over) of size >= 1."""
     check_floating("scores", scores)
     if scores.dim() < 1 or scores.shape[-1] < 1:

@@ -89,3 +89,71 @@ def check_answer_loss(logits, tokens, mask, reduction) -> None:
     if not bool(mask[:, 1:].any()):
         raise ValueError("mask must mark at least one answer token after position 0 (the first token has "
                          "no position before it to predict it)")
+
+
+def check_template_prefix(prompt_text: str, full: str) -> None:
+    """A chat template must render the prompt the same with an answer after it (the answer mask
+    starts where the prompt ends)."""
+    if not full.startswith(prompt_text):
+        raise ValueError("the chat template renders the prompt differently with an answer after it")
+
+
+def check_examples(examples, batch_size: int = 1) -> None:
+    """Training examples, ``(ids, mask)`` pairs: at least ``batch_size`` of them (one to pad)."""
+    if batch_size == 1 and not examples:
+        raise ValueError("examples must hold at least one (ids, mask) pair")
+    if len(examples) < batch_size:
+        raise ValueError(f"examples must hold at least batch_size = {batch_size} examples, got {len(examples)}")
+
+
+def check_micro_batches(micro_batches: list) -> int:
+    """At least one ``(tokens, mask)`` pair, with at least one answer token after position 0 in
+    all of them together; returns that count of answer tokens."""
+    if not micro_batches:
+        raise ValueError("micro_batches must hold at least one (tokens, mask) pair")
+    total = sum(int(m[:, 1:].sum()) for _, m in micro_batches)  # answer tokens that get a loss
+    if total == 0:
+        raise ValueError("micro_batches hold no answer tokens (mask is False everywhere after position 0)")
+    return total
+
+
+def check_targets_found(model, missing: list[str]) -> None:
+    """Every target suffix must match at least one ``nn.Linear`` (a misspelt one would train nothing)."""
+    if missing:
+        linears = [p for p, m in model.named_modules() if isinstance(m, nn.Linear)]
+        example = ", ".join(linears[:4]) + (", ..." if len(linears) > 4 else "") if linears else "none"
+        raise ValueError(f"targets {missing!r} match no nn.Linear in the model (its nn.Linear paths: {example})")
+
+
+def check_has_adapters(modules: dict) -> None:
+    """A model to save adapters from must have some."""
+    if not modules:
+        raise ValueError("model has no LoRA adapters to save: call add_lora(model, ...) first")
+
+
+def check_adapter_record(record, path, format_name: str) -> None:
+    """What ``torch.load(path)`` read must be a record of ``format_name`` (written by save_lora)."""
+    if not isinstance(record, dict) or record.get("format") != format_name:
+        raise ValueError(f"path {str(path)!r} is not a LoRA adapter file written by save_lora ({format_name})")
+
+
+def check_adapter_targets(names: dict, stored, path) -> None:
+    """Every path stored in the adapter file must be an ``nn.Linear`` of the model (``names``:
+    the model's ``named_modules()``)."""
+    bad = [p for p in stored if not isinstance(names.get(p), nn.Linear)]
+    if bad:
+        raise ValueError(f"model has no nn.Linear at {bad[:3]} named in the adapter file {str(path)!r}")
+
+
+def check_adapters_match(have: dict, stored: dict, path) -> None:
+    """A model's adapters must be exactly the stored ones: the same paths, ranks and alphas."""
+    if set(have) != set(stored) or any(have[p].rank != c["rank"] or have[p].alpha != c["alpha"]
+                                       for p, c in stored.items()):
+        raise ValueError(f"model's adapters differ from those in {str(path)!r} (paths, rank or alpha)")
+
+
+def check_adapter_shape(name: str, stored: torch.Tensor, param: torch.Tensor, path) -> None:
+    """A stored factor must have the shape of the model's."""
+    if stored.shape != param.shape:
+        raise ValueError(f"{name} has shape {tuple(stored.shape)} in {str(path)!r}, "
+                         f"the model's is {tuple(param.shape)}")

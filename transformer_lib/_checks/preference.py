@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from .scalars import check_int, check_number
+from .tokens import check_token_ids
+from .scalars import check_callable
 
 
 def _tensor(name: str, value, what: str) -> torch.Tensor:
@@ -83,3 +85,47 @@ def check_training_args(steps, batch_size, lr, seed) -> None:
     check_int("batch_size", batch_size, 1)
     check_number("lr", lr, 0, low_open=True)
     check_int("seed", seed, 0)
+
+
+def check_letter(text, letter) -> None:
+    """The letter judge's input: ``text`` a str, ``letter`` one alphabetic character."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not isinstance(letter, str) or len(letter) != 1 or not letter.isalpha():
+        raise ValueError(f"letter must be a single letter, got {letter!r}")
+
+
+def check_paired_scores(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Two score vectors compared pair by pair: one ``other_scores`` entry per ``scores`` entry."""
+    if a.shape != b.shape:
+        raise ValueError(f"other_scores must have one score per entry of scores ({a.numel()}), got {b.numel()}")
+
+
+def check_sentence_prompts(text, encode, prompt_tokens, found: int | None = None) -> None:
+    """``text`` a str, ``encode(text) -> ids`` callable, ``prompt_tokens >= 1``; once the sentences
+    are cut (``found`` of them long enough), at least one."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_callable("encode", encode, "encode(text) -> token ids")
+    check_int("prompt_tokens", prompt_tokens, 1)
+    if found == 0:
+        raise ValueError(f"text has no sentence of at least prompt_tokens={prompt_tokens} tokens")
+
+
+def check_pair_sampling(prompts, new_tokens, temperature, seed, score, decode) -> None:
+    """``prompts`` (N, P) token ids with N, P >= 1; ``new_tokens >= 1``, ``temperature > 0``, a seed,
+    and two callables ``score(text) -> number``, ``decode(ids) -> text``."""
+    check_token_ids(prompts, torch.iinfo(torch.long).max, "prompts")
+    if prompts.shape[0] == 0 or prompts.shape[1] == 0:
+        raise ValueError(f"prompts must hold at least one prompt of at least one token, got {tuple(prompts.shape)}")
+    check_int("new_tokens", new_tokens, 1)
+    check_number("temperature", temperature, 0, low_open=True)
+    check_int("seed", seed, 0)
+    if not callable(score) or not callable(decode):
+        raise TypeError("score and decode must be callables: score(text) -> number, decode(ids) -> text")
+
+
+def check_judged(scores: torch.Tensor) -> None:
+    """What the judge ``score`` returned: a finite number for every answer."""
+    if not bool(torch.isfinite(scores).all()):
+        raise ValueError("score must return a finite number for every answer, got NaN or inf")

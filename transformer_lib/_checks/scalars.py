@@ -1,5 +1,5 @@
-"""Numbers, flags and the generic shape of a tensor: counts, sizes, rates, temperatures, choices
-among names, tensors and their feature sizes."""
+"""The generic rules: numbers, flags, strings, paths, callables and the shape of a tensor (counts,
+sizes, rates, temperatures, choices among names, tensors and their feature sizes)."""
 from __future__ import annotations
 
 import numbers
@@ -105,10 +105,34 @@ def check_folder(name: str, path) -> None:
         raise ValueError(f"{name}: folder {str(folder)!r} does not exist")
 
 
-def check_callable(name: str, value) -> None:
-    """``value`` must be callable (a function to time, trace or run on every rank)."""
+def check_callable(name: str, value, what: str | None = None) -> None:
+    """``value`` must be callable (a function to time, trace or run on every rank); ``what``, if
+    given, shows how it is called (``"encode(text) -> token ids"``)."""
     if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+        how = f": {what}" if what else ""
+        raise TypeError(f"{name} must be a callable{how}, got {type(value).__name__}")
+
+
+def check_str(name: str, value, what: str = "") -> str:
+    """``value`` must be a str (``what``, e.g. ``" (a chapter's MyST source)"``, says which);
+    anything else is a TypeError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str{what}, got {type(value).__name__}")
+    return value
+
+
+def check_path(name: str, value, what: str = "a path") -> Path:
+    """``value`` must be a str or ``pathlib.Path``; returned as a Path. Anything else is a TypeError."""
+    if not isinstance(value, (str, Path)):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return Path(value)
+
+
+def check_instance(name: str, value, types, what: str) -> None:
+    """``value`` must be an instance of ``types`` (a class the caller passes: ``_checks`` imports
+    nothing above it); ``what`` names it for the reader (``"a BertEncoder (load_minilm().model)"``)."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
 
 
 def check_tensor(name: str, value, what: str = "a torch.Tensor") -> torch.Tensor:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .._checks.data import check_chapters_dir, check_checkpoint_path, check_paragraph_split
+from .._checks import check_str
+
 __all__ = ["CORPUS_PATH", "GPT_CHECKPOINT", "load_corpus", "extract_prose", "build_corpus", "split_paragraphs",
            "load_gpt_checkpoint"]
 
@@ -25,8 +28,7 @@ def load_corpus() -> str:
 def extract_prose(markdown: str) -> str:
     """The prose of one MyST chapter: no front matter, code cells, fenced blocks, $$ math or
     HTML comments; runs of blank lines collapsed."""
-    if not isinstance(markdown, str):
-        raise TypeError(f"markdown must be a str (a chapter's MyST source), got {type(markdown).__name__}")
+    check_str("markdown", markdown, " (a chapter's MyST source)")
     text = re.sub(r"\A---\n.*?\n---\n", "", markdown, flags=re.S)  # YAML header
     text = re.sub(r"^(`{3,}|~{3,}).*?^\1\s*$", "", text, flags=re.S | re.M)  # fenced blocks / code cells
     text = re.sub(r"\$\$.*?\$\$", "", text, flags=re.S)  # display math
@@ -37,10 +39,7 @@ def extract_prose(markdown: str) -> str:
 
 def build_corpus(chapters_dir: str | Path) -> str:
     """Concatenate the prose of every chapter (in file order), separated by blank lines."""
-    if not isinstance(chapters_dir, (str, Path)):
-        raise TypeError(f"chapters_dir must be a path, got {type(chapters_dir).__name__}")
-    if not Path(chapters_dir).is_dir():
-        raise ValueError(f"chapters_dir must be a folder of chapters, got {str(chapters_dir)!r}")
+    check_chapters_dir(chapters_dir)
     paths = sorted(p for p in Path(chapters_dir).glob("*.md")
                    if re.match(r"(\d\d|[A-Z])-", p.name) and not p.name.startswith(_SKIP))
     return "\n".join(extract_prose(p.read_text(encoding="utf-8")) for p in paths)
@@ -51,14 +50,9 @@ def split_paragraphs(text: str, val_every: int = 10) -> tuple[str, str]:
     """Train/validation split by paragraph: every ``val_every``-th paragraph (blank-line
     separated) goes to validation. Interleaving keeps both parts from every chapter, so the
     validation text is new prose of the same kind, not a different topic."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(val_every, bool) or not isinstance(val_every, int) or val_every < 2:
-        raise ValueError(f"val_every must be an int >= 2, got {val_every!r}")
+    check_paragraph_split(text, val_every)
     paragraphs = [p for p in text.split("\n\n") if p.strip()]
-    if len(paragraphs) < val_every:
-        raise ValueError(f"text has {len(paragraphs)} paragraphs: fewer than val_every={val_every}, "
-                         "so the validation part would be empty")
+    check_paragraph_split(text, val_every, len(paragraphs))
     train = [p for i, p in enumerate(paragraphs) if i % val_every != val_every - 1]
     val = [p for i, p in enumerate(paragraphs) if i % val_every == val_every - 1]
     return "\n\n".join(train) + "\n", "\n\n".join(val) + "\n"
@@ -78,11 +72,7 @@ def load_gpt_checkpoint(path: str | Path = GPT_CHECKPOINT):
     from ..model import DecoderOnlyLM
     from ..tokenization import BPETokenizer
 
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a path to a checkpoint, got {type(path).__name__}")
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"no checkpoint at {path}: run `python benchmarks/train_gpt.py` to make it")
+    path = check_checkpoint_path(path)
     saved = torch.load(path, map_location="cpu", weights_only=True)
     model = DecoderOnlyLM(**saved["config"])
     model.load_state_dict({k: v.float() for k, v in saved["state_dict"].items()})

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from ..kv_cache import cache_bytes_per_token
-from ..sampling import top_p_filter
+from ..logit_filters import top_p_filter
 from ._core import NotYet, compare_value, exercise, preserved_rng, seed_cpu, to_int, to_numpy
 
 

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._checks.pretrained import check_bpe_metadata, check_gguf_file, check_rotary_rows
+
 __all__ = ["GGUF_INSTALL_HINT", "read_gguf", "read_gguf_metadata", "read_gguf_tensors", "unpermute_rotary_rows",
            "bpe_tokenizer_from_gguf", "PRE_TOKENIZERS"]
 
@@ -44,9 +46,7 @@ def _require(module: str, what: str) -> None:
 def _reader(path: str | Path):
     _require("gguf", "reading a GGUF file")
     import gguf
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"expected a .gguf file, got {path} (no such file)")
+    path = check_gguf_file(path)
     return gguf.GGUFReader(str(path))  # a memory map: nothing is copied yet
 
 
@@ -101,9 +101,8 @@ def unpermute_rotary_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     pairs [a_0, b_0, a_1, b_1, ...]; this puts them back, so the "halves" rotary convention of the
     original checkpoint applies. (Keeping the file's order and rotating adjacent pairs instead
     gives the same scores: q . k is unchanged when q and k are permuted the same way.)"""
+    check_rotary_rows(weight, num_heads)
     rows = weight.shape[0]
-    if rows % (2 * num_heads):
-        raise ValueError(f"expected rows divisible by 2 * num_heads = {2 * num_heads}, got shape {tuple(weight.shape)}")
     d_half = rows // num_heads // 2
     w = weight.reshape(num_heads, d_half, 2, *weight.shape[1:])  # (H, d/2, pair, ...)
     return w.transpose(1, 2).reshape(weight.shape)  # (H, pair, d/2, ...) -> (H * d, ...)
@@ -135,17 +134,11 @@ def bpe_tokenizer_from_gguf(meta: dict[str, Any]):
     _require("tokenizers", "the GGUF tokenizer")
     from tokenizers import AddedToken, Tokenizer, decoders, models
 
-    model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise ValueError(f"expected a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2'), got {model!r}")
+    check_bpe_metadata(meta, PRE_TOKENIZERS)
     pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
-        raise ValueError(f"unknown pre-tokenizer {pre!r}; known: {sorted(PRE_TOKENIZERS)}")
     tokens = list(meta["tokenizer.ggml.tokens"])
     vocab = {token: i for i, token in enumerate(tokens)}
     merges = [tuple(m.split(" ")) for m in meta["tokenizer.ggml.merges"]]
-    if any(len(m) != 2 for m in merges):
-        raise ValueError("expected every merge as 'left right' (one space)")
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
     tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre]()
     tokenizer.decoder = decoders.ByteLevel()

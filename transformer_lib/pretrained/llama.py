@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._checks.pretrained import check_full_rotary, check_llama_metadata, check_tied_head
 from ..model import LLAMA_SWITCHES, DecoderOnlyLM
 from .gguf import unpermute_rotary_rows
 
@@ -54,9 +55,7 @@ class LlamaConfig:
 
     @classmethod
     def from_gguf(cls, meta: dict) -> "LlamaConfig":
-        arch = meta.get("general.architecture")
-        if arch != "llama":
-            raise ValueError(f"expected a GGUF with general.architecture 'llama', got {arch!r}")
+        check_llama_metadata(meta)
         a = "llama."
         cfg = cls(vocab_size=int(meta.get(a + "vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))),
                   d_model=int(meta[a + "embedding_length"]), num_layers=int(meta[a + "block_count"]),
@@ -66,8 +65,7 @@ class LlamaConfig:
                   norm_eps=float(meta[a + "attention.layer_norm_rms_epsilon"]),
                   context_length=int(meta.get(a + "context_length", 2048)))
         rope_dims = int(meta.get(a + "rope.dimension_count", cfg.head_dim))
-        if rope_dims != cfg.head_dim:
-            raise ValueError(f"partial rotary ({rope_dims} of {cfg.head_dim} dims) is not supported")
+        check_full_rotary(rope_dims, cfg.head_dim)
         return cfg
 
 
@@ -89,8 +87,7 @@ GGUF_NAMES = {"attn_norm.weight": "norm1.weight", "ffn_norm.weight": "norm2.weig
 def llama_state_from_gguf(tensors: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:
     """GGUF tensor names -> :func:`llama_decoder`'s state dict (W^Q, W^K rows un-permuted; the
     tied head reads the embedding)."""
-    if "output.weight" in tensors:
-        raise ValueError("this GGUF has a separate output matrix; the model ties it to the embedding")
+    check_tied_head(tensors)
     embed = tensors["token_embd.weight"]
     state = {"embed.weight": embed, "head.weight": embed, "norm.weight": tensors["output_norm.weight"]}
     for i in range(cfg.num_layers):

@@ -38,6 +38,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._checks import check_int, check_text, check_token_ids
+from .._checks.pretrained import (check_bert_config, check_bert_state, check_embedding_matrix, check_mask_like,
+                                 check_model_dir, check_position_table, check_text_list)
 from ..device import get_device
 from ..layers import EncoderLayer
 from ..norms import LayerNorm
@@ -67,10 +69,7 @@ class MiniLMConfig:
     def from_json(cls, path: Path, max_length: int = 256) -> "MiniLMConfig":
         """Read a Hugging Face ``config.json`` and refuse anything that is not a plain BERT."""
         cfg = json.loads(Path(path).read_text())
-        if cfg.get("hidden_act", "gelu") != "gelu":
-            raise ValueError(f"only hidden_act 'gelu' is supported, got {cfg['hidden_act']!r}")
-        if cfg.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only absolute (learned) position embeddings are supported")
+        check_bert_config(cfg)
         return cls(vocab_size=cfg["vocab_size"], d_model=cfg["hidden_size"],
                    num_layers=cfg["num_hidden_layers"], num_heads=cfg["num_attention_heads"],
                    d_ff=cfg["intermediate_size"], max_positions=cfg["max_position_embeddings"],
@@ -120,9 +119,7 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         B, L = input_ids.shape
-        if L > self.position.num_embeddings:
-            raise ValueError(f"sequence of {L} tokens is longer than the learned position table "
-                             f"({self.position.num_embeddings} positions)")
+        check_position_table(L, self.position.num_embeddings)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         positions = torch.arange(L, device=input_ids.device)  # (L,) broadcast over the batch
@@ -157,9 +154,7 @@ class BertEncoder(nn.Module):
         check_token_ids(tokens, self.cfg.vocab_size)
         mask = None
         if attention_mask is not None:
-            if attention_mask.shape != tokens.shape:
-                raise ValueError(f"attention_mask must have the shape of tokens {tuple(tokens.shape)}, "
-                                 f"got {tuple(attention_mask.shape)}")
+            check_mask_like(attention_mask, tokens)
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L_k): True = a real key
         states = [self.embeddings(tokens, token_type_ids)]
         for block in self.blocks:
@@ -180,13 +175,7 @@ class BertEncoder(nn.Module):
         own = dict(self.named_parameters())
         if set(own) != set(mapping):
             raise ValueError(f"internal name map is incomplete: {sorted(set(own) ^ set(mapping))}")
-        missing = [b for b in mapping.values() if b not in state]
-        if missing:
-            raise ValueError(f"the checkpoint lacks {len(missing)} BERT tensors, e.g. {missing[:3]}")
-        for ours, bert in mapping.items():  # check everything before copying anything
-            if own[ours].shape != state[bert].shape:
-                raise ValueError(f"{bert} has shape {tuple(state[bert].shape)}, "
-                                 f"expected {tuple(own[ours].shape)} for {ours}")
+        check_bert_state(mapping, own, state)  # everything before copying anything
         with torch.no_grad():
             for ours, bert in mapping.items():
                 own[ours].copy_(state[bert])
@@ -206,8 +195,7 @@ def mean_pool(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch
 
 def cosine_matrix(embeddings: torch.Tensor) -> torch.Tensor:
     """(N, D) -> (N, N) cosine similarities: normalize each row, then all dot products."""
-    if embeddings.dim() != 2:
-        raise ValueError(f"embeddings must be (N, D), got shape {tuple(embeddings.shape)}")
+    check_embedding_matrix(embeddings)
     e = F.normalize(embeddings, p=2, dim=-1)  # (N, D), unit rows
     return e @ e.T  # (N, D) @ (D, N) -> (N, N)
 
@@ -238,8 +226,7 @@ class PretrainedEncoder:
 
     def token_ids(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Padded ``input_ids`` (B, L) and ``attention_mask`` (B, L), L = the longest text."""
-        if isinstance(texts, str) or not isinstance(texts, Sequence) or len(texts) == 0:
-            raise ValueError("texts must be a non-empty list of strings, e.g. ['a sentence', 'another']")
+        check_text_list(texts)
         for t in texts:
             check_text(t)
         encs = self.tokenizer.encode_batch(list(texts))
@@ -258,8 +245,7 @@ class PretrainedEncoder:
 
         Unit length makes the dot product of two embeddings their cosine similarity.
         """
-        if isinstance(texts, str):
-            raise ValueError("encode takes a list of strings; wrap a single sentence as [text]")
+        check_text_list(texts, allow_empty=True)  # an empty list fails in token_ids
         check_int("batch_size", batch_size)  # an integer >= 1 (2.5 rows make no batch)
         out = []
         for start in range(0, max(len(texts), 1), batch_size):  # an empty list fails in token_ids
@@ -327,9 +313,7 @@ def load_minilm(device: torch.device | str | None = None, model_dir: str | Path 
     from tokenizers import Tokenizer
 
     folder = minilm_dir() if model_dir is None else Path(model_dir)
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        if not (folder / name).is_file():
-            raise ValueError(f"{folder} has no {name}; expected a BERT checkpoint folder")
+    check_model_dir(folder, ("config.json", "model.safetensors", "tokenizer.json"))
     max_length = 256
     st_config = folder / "sentence_bert_config.json"
     if st_config.is_file():

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from .._checks import check_chat_messages, check_text
+from .._checks.pretrained import check_chat_template, check_ids_input, check_nonempty_ids
 from ..device import get_device
 from ..sampling import beam_search, generate_ids
 from .gguf import bpe_tokenizer_from_gguf, read_gguf, read_gguf_metadata
@@ -109,11 +110,8 @@ class SmolLM2:
             ids = torch.tensor(self.encode(text_or_ids), dtype=torch.long)
         else:
             ids = torch.as_tensor(text_or_ids)
-            if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
-                raise ValueError(f"expected a string or a 1-D list/tensor of token ids, got {ids.dtype} "
-                                 f"of shape {tuple(ids.shape)}")
-        if ids.numel() == 0:
-            raise ValueError("expected at least one token")
+            check_ids_input(ids)
+        check_nonempty_ids(ids)
         return ids.long().to(self.device)
 
     @torch.no_grad()
@@ -123,8 +121,7 @@ class SmolLM2:
 
     def chat(self, messages, add_generation_prompt: bool = True) -> str:
         """The prompt text the chat template makes of ``messages`` (ends with the assistant's turn)."""
-        if not self.chat_template:
-            raise ValueError("this model file has no chat template")
+        check_chat_template(self.chat_template)
         return render_chat(self.chat_template, messages, add_generation_prompt)
 
     def prompt_ids(self, prompt) -> torch.Tensor:

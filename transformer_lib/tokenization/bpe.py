@@ -25,6 +25,7 @@ import heapq
 from collections import Counter, defaultdict
 
 from .._checks import check_int
+from .._checks.tokens import check_merge_args, check_pair_counts, check_words
 from .pretokenize import BYTE_TIE_RANK
 
 __all__ = ["count_pairs", "merge_pair", "tie_rank", "best_pair", "train_bpe", "train_bpe_fast"]
@@ -34,7 +35,7 @@ Pair = tuple[int, int]
 
 def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
     """How often each adjacent pair of ids occurs, over all words weighted by their counts."""
-    _check_words(words, limit=None)
+    check_words(words, limit=None)
     counts: Counter = Counter()
     for word, n in words.items():
         for pair in zip(word, word[1:]):
@@ -45,10 +46,7 @@ def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
 def merge_pair(ids, pair: Pair, new_id: int) -> list[int]:
     """Replace each occurrence of ``pair`` in ``ids`` by ``new_id``, scanning left to right
     (so ``a a a`` with pair ``(a, a)`` becomes ``aa a``)."""
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)):
-        raise TypeError(f"ids must be a list of token ids, got {type(ids).__name__}")
-    if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-        raise ValueError(f"pair must be a tuple of two token ids, got {pair!r}")
+    check_merge_args(ids, pair)
     check_int("new_id", new_id, 0)
     out, i = [], 0
     while i < len(ids):
@@ -69,23 +67,8 @@ def tie_rank(token_id: int) -> int:
 
 def best_pair(counts: Counter) -> Pair:
     """The most frequent pair; among equals, the one smallest in :func:`tie_rank` order."""
-    if not counts:
-        raise ValueError("counts is empty: no pair is left to merge")
+    check_pair_counts(counts)
     return max(counts, key=lambda p: (counts[p], -tie_rank(p[0]), -tie_rank(p[1])))
-
-
-def _check_words(words, limit: int | None = 256) -> None:
-    """Words: a dict {tuple of token ids: count >= 1} (what ``BPETokenizer.chunk_counts`` gives);
-    a trainer starts from byte ids (< ``limit`` = 256), a count of pairs takes any ids >= 0."""
-    if not isinstance(words, dict):
-        raise TypeError(f"words must be a dict {{tuple of byte ids: count}}, got {type(words).__name__}")
-    for word, n in words.items():
-        if not isinstance(word, tuple) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                  and (limit is None or i < limit) for i in word):
-            where = "byte ids in [0, 256)" if limit else "token ids >= 0"
-            raise ValueError(f"words' keys must be tuples of {where}, got {word!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"words' counts must be integers >= 1, got {n!r} for {word!r}")
 
 
 def _new_token(vocab: list[bytes], index: dict[bytes, int], pair: Pair) -> int:
@@ -107,7 +90,7 @@ def train_bpe(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[
 
     Returns ``(merges, vocab)``: the merged id pairs in order, and the bytes of every id.
     """
-    _check_words(words)
+    check_words(words)
     check_int("num_tokens (256 byte tokens come first)", num_tokens, 256)
     vocab, index = _base_vocab()
     merges: list[Pair] = []
@@ -127,7 +110,7 @@ def train_bpe(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[
 
 def train_bpe_fast(words: dict[tuple[int, ...], int], num_tokens: int) -> tuple[list[Pair], list[bytes]]:
     """Incremental trainer with the same result as :func:`train_bpe` (a test holds them equal)."""
-    _check_words(words)
+    check_words(words)
     check_int("num_tokens (256 byte tokens come first)", num_tokens, 256)
     vocab, index = _base_vocab()
     merges: list[Pair] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import regex
 
 from .._checks import check_text
+from .._checks.tokens import check_byte_chars, check_bytes
 
 __all__ = ["GPT2_SPLIT_PATTERN", "split_chunks", "to_utf8", "bytes_to_unicode", "unicode_to_bytes",
            "visible", "BYTE_TIE_RANK"]
@@ -64,16 +65,11 @@ for _rank, (_byte, _char) in enumerate(sorted(_B2U.items(), key=lambda item: ite
 
 def visible(token: bytes) -> str:
     """A token's bytes as printable GPT-2 characters (space -> Ġ, newline -> Ċ)."""
-    if not isinstance(token, (bytes, bytearray)):
-        raise TypeError(f"token must be bytes, got {type(token).__name__}")
+    check_bytes("token", token)
     return "".join(_B2U[b] for b in token)
 
 
 def unicode_to_bytes(chars: str) -> bytes:
     """Inverse of :func:`visible`."""
-    if not isinstance(chars, str):
-        raise TypeError(f"chars must be a str of GPT-2 byte characters, got {type(chars).__name__}")
-    unknown = sorted({c for c in chars if c not in _U2B})
-    if unknown:
-        raise ValueError(f"chars holds characters that stand for no byte: {unknown[:5]!r}")
+    check_byte_chars(chars, _U2B)
     return bytes(_U2B[c] for c in chars)

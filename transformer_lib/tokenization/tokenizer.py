@@ -14,26 +14,18 @@ Two encoders, held equal by a test:
 from __future__ import annotations
 
 import json
-import operator
 from collections import Counter
 
 import regex
 
 from .._checks import check_bool, check_str_list
+from .._checks.tokens import (check_bpe_vocab_size, check_bytes, check_decode_ids, check_id, check_merges,
+                             check_special_tokens, check_vocab_id)
+from .._checks import check_str
 from .bpe import merge_pair, train_bpe, train_bpe_fast
 from .pretokenize import split_chunks, to_utf8, unicode_to_bytes, visible
 
 __all__ = ["BPETokenizer"]
-
-
-def _as_id(i) -> int:
-    """An int, a numpy integer or a one-element integer tensor as an int; anything else is refused."""
-    if isinstance(i, bool):
-        raise ValueError(f"ids must hold integer token ids, got {i!r}")
-    try:
-        return operator.index(i)
-    except TypeError:
-        raise ValueError(f"ids must hold integer token ids, got {i!r}") from None
 
 
 class BPETokenizer:
@@ -44,21 +36,14 @@ class BPETokenizer:
     """
 
     def __init__(self, merges=(), special_tokens=()):
-        special_tokens = check_str_list("special_tokens", special_tokens)
-        if isinstance(merges, (str, bytes, dict)) or not isinstance(merges, (list, tuple)):
-            raise TypeError(f"merges must be a list of (bytes, bytes) pairs, got {type(merges).__name__}")
-        for merge in merges:
-            if not (isinstance(merge, (tuple, list)) and len(merge) == 2
-                    and all(isinstance(half, bytes) for half in merge)):
-                raise ValueError(f"each merge must be a pair of bytes objects, e.g. (b'h', b'e'), got {merge!r}")
+        special_tokens = check_special_tokens(special_tokens)
+        check_merges(merges)
         self.vocab: list[bytes] = [bytes([b]) for b in range(256)]  # id -> bytes
         index = {tok: i for i, tok in enumerate(self.vocab)}
         self._merges: list[tuple[bytes, bytes]] = []
         self._rank: dict[tuple[int, int], int] = {}  # id pair -> position in the merge list
         self._merged_id: dict[tuple[int, int], int] = {}  # id pair -> the id it becomes
         for left, right in merges:
-            if left not in index or right not in index:
-                raise ValueError(f"merge {(left, right)!r} uses a token that no earlier merge made")
             joined = left + right
             if joined not in index:
                 index[joined] = len(self.vocab)
@@ -69,9 +54,6 @@ class BPETokenizer:
             self._merges.append((left, right))
         self.special_tokens: dict[str, int] = {}
         for s in special_tokens:
-            to_utf8(s, "a special token")
-            if not s or s in self.special_tokens:
-                raise ValueError(f"special tokens must be distinct non-empty strings, got {s!r}")
             self.special_tokens[s] = len(self.vocab) + len(self.special_tokens)
         self._special_by_id = {i: s for s, i in self.special_tokens.items()}
         self._special_split = (regex.compile("(" + "|".join(regex.escape(s) for s in sorted(
@@ -101,9 +83,7 @@ class BPETokenizer:
         to_utf8(text)
         special_tokens = check_str_list("special_tokens", special_tokens)
         check_bool("fast", fast)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
-            raise ValueError(f"vocab_size must be an int >= 256 + {len(special_tokens)} special tokens "
-                             f"(the byte alphabet comes first), got {vocab_size!r}")
+        check_bpe_vocab_size(vocab_size, len(special_tokens))
         words = cls.chunk_counts(text, special_tokens)
         trainer = train_bpe_fast if fast else train_bpe
         merges, vocab = trainer(words, vocab_size - len(special_tokens))
@@ -124,12 +104,9 @@ class BPETokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for (a special token: its UTF-8 text)."""
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
-            raise TypeError(f"token_id must be an int, got {type(token_id).__name__} {token_id!r}")
+        check_vocab_id(token_id, len(self))  # the special tokens' ids come last
         if token_id in self._special_by_id:
             return self._special_by_id[token_id].encode("utf-8")
-        if not 0 <= token_id < len(self.vocab):
-            raise ValueError(f"token ids must be ints in [0, {len(self)}), got {token_id!r}")
         return self.vocab[token_id]
 
     def pieces(self, text: str) -> list[str]:
@@ -140,8 +117,7 @@ class BPETokenizer:
 
     def encode_chunk(self, chunk: bytes) -> list[int]:
         """Readable BPE on one chunk: merge the earliest-learned pair present, until none is."""
-        if not isinstance(chunk, (bytes, bytearray)):
-            raise TypeError(f"chunk must be bytes (a chunk's UTF-8 encoding), got {type(chunk).__name__}")
+        check_bytes("chunk", chunk, " (a chunk's UTF-8 encoding)")
         ids = list(chunk)
         while len(ids) >= 2:
             pair = min(zip(ids, ids[1:]), key=lambda p: self._rank.get(p, float("inf")))
@@ -171,11 +147,8 @@ class BPETokenizer:
     def decode(self, ids) -> str:
         """The text of a list of ids. Byte sequences that are not valid UTF-8 (a list cut in the
         middle of a character) decode to U+FFFD instead of raising."""
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TypeError(f"ids must be a list (or 1-D tensor) of token ids, got {type(ids).__name__}")
-        if hasattr(ids, "dim") and ids.dim() != 1:
-            raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-        return b"".join(self.token_bytes(_as_id(i)) for i in ids).decode("utf-8", errors="replace")
+        check_decode_ids(ids)
+        return b"".join(self.token_bytes(check_id(i)) for i in ids).decode("utf-8", errors="replace")
 
     # -- the fast path and saving ----------------------------------------------------------
 
@@ -203,8 +176,7 @@ class BPETokenizer:
     @classmethod
     def from_json(cls, text: str) -> "BPETokenizer":
         """The tokenizer :meth:`to_json` wrote."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be the str that to_json wrote, got {type(text).__name__}")
+        check_str("text", text, " (what to_json wrote)")
         try:
             data = json.loads(text)
             merges = [(unicode_to_bytes(a), unicode_to_bytes(b)) for a, b in data["merges"]]
