@@ -8,10 +8,11 @@ trades a little of that accuracy for fewer instructions per weight (llama.cpp's 
 
 :class:`QuantizedLinear` replaces ``nn.Linear``: one row of x (or a few) goes through the compiled
 kernel (:func:`~.kernels.matvec`), a long prompt's many rows through :func:`~.kernels.matmul`
-(prefill is bound by arithmetic: each tile of W is decoded once and multiplied by float32 BLAS).
-Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is) or ``"int8"``
-(llama.cpp's way: x is quantized per block of 32 inside the kernel, integer dot products; faster,
-and x's rounding adds its own small error; prefill stays float32 either way).
+(prefill is bound by arithmetic: each tile of W is unpacked once and reused for every row).
+Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is; prefill tiles are
+decoded to float32 and multiplied by BLAS) or ``"int8"`` (llama.cpp's way: x is quantized per block
+of 32 inside the kernel, integer dot products, in decoding and in prefill (an int8 GEMM on AVX-512
+VNNI); faster, and x's rounding adds its own small error).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
 for the input and multiplied as the output head (a tied ``DecoderOnlyLM`` head is that same
@@ -29,16 +30,19 @@ from .._checks import check_matvec_input, check_quantization_args
 from .._checks.quantization import check_activations
 from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
 from .fused import FusedDecodeStep
-from .kernels import matmul, matvec
+from .kernels import matmul, matvec, vnni_available
 from ..model import DecoderOnlyLM
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
-           "KERNEL_MAX_ROWS", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
+           "KERNEL_MAX_ROWS", "KERNEL_MAX_ROWS_INT8", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
 
 # Up to this many rows of x go through the matrix-vector kernel (decoding, small batches); more
 # rows go through kernels.matmul: W decoded once, tile by tile, and float32 BLAS (prefill: bound by
 # arithmetic, not bytes).
 KERNEL_MAX_ROWS = 16
+# With int8 x on a CPU with AVX-512 VNNI, the int8 GEMM of kernels.matmul (each weight tile unpacked
+# once, reused for every row) overtakes the matrix-vector kernel from 3 rows on.
+KERNEL_MAX_ROWS_INT8 = 2
 
 
 class QuantizedLinear(nn.Module):
@@ -83,10 +87,10 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_matvec_input(x, self.in_features)
         rows = x.numel() // self.in_features
-        if rows <= KERNEL_MAX_ROWS:
+        if rows <= (KERNEL_MAX_ROWS_INT8 if self.activations == "int8" and vnni_available() else KERNEL_MAX_ROWS):
             y = matvec(x, self.blocks, self.fmt, self.group_size, activations=self.activations)  # (..., in) -> (..., out)
         else:
-            y = matmul(x, self.blocks, self.fmt, self.group_size)  # prefill: tiles decoded once, BLAS (..., out)
+            y = matmul(x, self.blocks, self.fmt, self.group_size, self.activations)  # prefill (..., out)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
