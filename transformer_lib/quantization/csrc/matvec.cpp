@@ -333,6 +333,12 @@ void matvec_f32(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
   });
 }
 
+#ifdef TLIB_X86
+namespace vnni_gemm {  // defined with the int8 prefill below (AVX-512)
+void quantize_x32(const float* X, int64_t B, int64_t K, int8_t* QX, float* DX, float* SX, int32_t* CX);
+}
+#endif
+
 // The same products with x quantized to int8 per block of gs first (see the top of the file).
 // The codes of x live in buffers kept between calls (this thread's; resized only when x grows).
 template <bool Q4>
@@ -343,9 +349,15 @@ void matvec_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
   const int64_t B = x.size(0), K = x.size(1), N = blocks.size(0), G = K / gs;
   thread_local std::vector<int8_t> qx;
   thread_local std::vector<float> dx, sx;
+  thread_local std::vector<int32_t> cx;
   if (qx.size() < static_cast<size_t>(B * K)) qx.resize(B * K);
-  if (dx.size() < static_cast<size_t>(B * G)) { dx.resize(B * G); sx.resize(B * G); }
-  quantize_x(x.data_ptr<float>(), B, K, gs, qx.data(), dx.data(), sx.data());
+  if (dx.size() < static_cast<size_t>(B * G)) { dx.resize(B * G); sx.resize(B * G); cx.resize(B * G); }
+#ifdef TLIB_X86
+  if (gs == 32 && cpu_runs(Path::kAvx512, true))  // the same codes, 32 values per two instructions
+    vnni_gemm::quantize_x32(x.data_ptr<float>(), B, K, qx.data(), dx.data(), sx.data(), cx.data());
+  else
+#endif
+    quantize_x(x.data_ptr<float>(), B, K, gs, qx.data(), dx.data(), sx.data());
   const int8_t* QX = qx.data();
   const float *DX = dx.data(), *SX = sx.data();
   const uint8_t* W = blocks.data_ptr<uint8_t>();
@@ -643,6 +655,30 @@ void tile_cols(const uint8_t* tw, const float* td, const float* tm, const int8_t
   for (int b = 0; b < NB; ++b) _mm512_mask_storeu_ps(O + (b0 + b) * N + n0, mask, acc[b]);
 }
 
+// quantize_x for group size 32, 32 values in two registers: the same float32 steps (amax / 127,
+// 1 / d, x * (1 / d) rounded half to even by the default rounding mode, clamped), so the same codes
+// bit for bit; also CX = 128 * the sum of each block's codes. Rows shared out over the threads.
+void quantize_x32(const float* X, int64_t B, int64_t K, int8_t* QX, float* DX, float* SX, int32_t* CX) {
+  const int64_t G = K / 32;
+  at::parallel_for(0, B, 16, [&](int64_t b0, int64_t b1) {
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (int64_t i = b0 * G; i < b1 * G; ++i) {  // block i: row i / G, group i % G
+      const __m512 a = _mm512_loadu_ps(X + i * 32), b = _mm512_loadu_ps(X + i * 32 + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+      const float d = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+      const __m512i qa = _mm512_cvtps_epi32(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(a, id))));
+      const __m512i qb = _mm512_cvtps_epi32(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(b, id))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(QX + i * 32), _mm512_cvtepi32_epi8(qa));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(QX + i * 32 + 16), _mm512_cvtepi32_epi8(qb));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+      DX[i] = d;
+      SX[i] = d * static_cast<float>(sum);
+      CX[i] = 128 * sum;
+    }
+  });
+}
+
 template <bool Q4>
 void matmul(const int8_t* QX, const float* DX, const float* SX, const int32_t* CX, int64_t B, int64_t K,
             const uint8_t* W, int64_t N, float* O) {
@@ -676,12 +712,7 @@ void matmul_q8x(const at::Tensor& x, const at::Tensor& blocks, const at::Tensor&
   std::vector<int8_t> qx(static_cast<size_t>(B * K));
   std::vector<float> dx(static_cast<size_t>(B * G)), sx(static_cast<size_t>(B * G));
   std::vector<int32_t> cx(static_cast<size_t>(B * G));
-  quantize_x(x.data_ptr<float>(), B, K, gs, qx.data(), dx.data(), sx.data());
-  for (int64_t i = 0; i < B * G; ++i) {  // 128 * the sum of each block's codes (q8_0's offset)
-    int32_t s = 0;
-    for (int64_t j = 0; j < gs; ++j) s += qx[i * gs + j];
-    cx[i] = 128 * s;
-  }
+  vnni_gemm::quantize_x32(x.data_ptr<float>(), B, K, qx.data(), dx.data(), sx.data(), cx.data());
   vnni_gemm::matmul<Q4>(qx.data(), dx.data(), sx.data(), cx.data(), B, K, blocks.data_ptr<uint8_t>(), N,
                         out.data_ptr<float>());
 #endif
