@@ -5,7 +5,8 @@ with its GGUF file's own 4-bit blocks.
   ``round_trip`` to measure the error of any width and granularity.
 - :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
   compiled (``matvec``: C++, AVX-512 or AVX2 code paths chosen when it runs (``kernel_paths``),
-  threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS).
+  threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS;
+  with int8 activations an int8 GEMM on AVX-512 VNNI).
 - :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits, widths=...)``,
   which swaps them into a model in place (the embedding and head at 8 bits by default, as
   llama.cpp does); :func:`transformer_lib.sampling.generate_ids` drives it.

@@ -27,7 +27,8 @@ block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction fo
 instructions per weight than decoding the weights to floats; the price is x's own rounding error
 (half a step of max|x| / 127 per value), and the result is then ``quantize_activations(x) @ W^T``,
 which the reference computes the same way. The default, ``"float32"``, leaves x as it is
-(weight-only quantization).
+(weight-only quantization). :func:`matmul` (prefill, many rows of x) has the same two kinds of x;
+with int8 x on AVX-512 VNNI it is an int8 GEMM (see its docstring).
 
 The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed, then
 cached (:mod:`transformer_lib._extensions`). Where that cannot work (no compiler, no ninja) the
