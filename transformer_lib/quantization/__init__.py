@@ -23,14 +23,14 @@ from .gguf_blocks import gguf_widths, load_smollm2_quantized, read_gguf_blocks
 from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matmul, matvec, matvec_reference,
                       quantize_activations, simd_available, vnni_available)
 from .roofline import decode_ceiling, flops_per_byte
-from .modules import (DEFAULT_WIDTHS, TENSOR_GROUPS, QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize,
+from .modules import (DEFAULT_WIDTHS, TENSOR_GROUPS, QuantizedEmbedding, QuantizedLinear, quantize,
                       tensor_group, weight_bytes)
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
            "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec", "matmul",
            "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
-           "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
+           "QuantizedEmbedding", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
            "tensor_group", "gguf_widths", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
            "fuse_rows"]

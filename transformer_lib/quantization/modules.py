@@ -16,15 +16,12 @@ VNNI); faster, and x's rounding adds its own small error).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
 for the input and multiplied as the output head (a tied ``DecoderOnlyLM`` head is that same
-:class:`QuantizedLinear`). A model that writes its head as ``x @ self.embed.weight.T`` gets from
-``.weight`` a :class:`QuantizedWeight`, a small tensor-like object (PyTorch's
-``__torch_function__`` protocol) that turns that product into a kernel call.
+:class:`QuantizedLinear`, a module call like any other layer).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .._checks import check_matvec_input, check_quantization_args
 from .._checks.quantization import check_activations
@@ -33,7 +30,7 @@ from .fused import FusedDecodeStep
 from .kernels import matmul, matvec, vnni_available
 from ..model import DecoderOnlyLM
 
-__all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
+__all__ = ["QuantizedLinear", "QuantizedEmbedding", "quantize", "weight_bytes",
            "KERNEL_MAX_ROWS", "KERNEL_MAX_ROWS_INT8", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
 
 # Up to this many rows of x go through the matrix-vector kernel (decoding, small batches); more
@@ -98,60 +95,14 @@ class QuantizedLinear(nn.Module):
                 f"group_size={self.group_size}, bias={self.bias is not None}, activations={self.activations}")
 
 
-class QuantizedWeight:
-    """What ``QuantizedEmbedding.weight`` returns: stands for the (V, D) matrix in ``x @ weight.T``
-    (and ``F.linear(x, weight)``) without decoding it. Any other torch call on it decodes the full
-    matrix first (correct, but slow and 4-8 times the memory)."""
-
-    def __init__(self, layer: QuantizedLinear, transposed: bool = False):
-        self.layer, self.transposed = layer, transposed
-
-    @property
-    def T(self) -> "QuantizedWeight":
-        return QuantizedWeight(self.layer, not self.transposed)
-
-    @property
-    def shape(self) -> torch.Size:
-        V, D = self.layer.out_features, self.layer.in_features
-        return torch.Size((D, V) if self.transposed else (V, D))
-
-    dtype = torch.float32
-
-    @property
-    def device(self) -> torch.device:
-        return self.layer.blocks.device
-
-    def dequantize(self) -> torch.Tensor:
-        w = self.layer.dequantized_weight()  # (V, D)
-        return w.T if self.transposed else w
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and len(args) == 2 \
-                and isinstance(args[1], cls) and args[1].transposed and isinstance(args[0], torch.Tensor):
-            return args[1].layer(args[0])  # x (..., D) @ W^T (D, V) -> (..., V)
-        if func is F.linear and len(args) >= 2 and isinstance(args[1], cls) and not args[1].transposed:
-            y = args[1].layer(args[0])
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            return y if bias is None else y + bias
-        decoded = [a.dequantize() if isinstance(a, cls) else a for a in args]
-        return func(*decoded, **kwargs)
-
-
 class QuantizedEmbedding(nn.Module):
-    """A tied embedding kept as blocks: ``forward(tokens)`` decodes the rows it looks up;
-    ``.weight`` is a :class:`QuantizedWeight` for the output head; ``.head`` is the same blocks as a
-    :class:`QuantizedLinear` (shared, not copied)."""
+    """A tied embedding kept as blocks: ``forward(tokens)`` decodes the rows it looks up; ``.head``
+    is the same blocks as a :class:`QuantizedLinear`, the model's output head (shared, not copied)."""
 
     def __init__(self, head: QuantizedLinear):
         super().__init__()
         self.head = head
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
-
-    @property
-    def weight(self) -> QuantizedWeight:
-        return QuantizedWeight(self.head)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.head
@@ -208,10 +159,8 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     rest get ``bits``. The default, :data:`DEFAULT_WIDTHS`, keeps the embedding and output head at
     8 bits (the packaged SmolLM2 file's own mixture); ``widths={}`` is uniform ``bits``.
 
-    The embedding is quantized too when it is tied to the output head: when a linear layer shares
-    its weight (``DecoderOnlyLM``), or when no linear layer produces vocabulary-sized outputs (the
-    head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay
-    float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
+    The embedding is quantized too when it is tied to the output head, a linear layer sharing its
+    weight (``DecoderOnlyLM``). Untied embeddings, norms and biases stay float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
     anything is replaced, as do unknown names in ``widths``. ``activations``: see
     :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
     :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
@@ -222,14 +171,11 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     widths = _check_widths(DEFAULT_WIDTHS if widths is None else widths, set(linears) | set(embeddings))
     for name, m in linears.items():  # check everything first: all or nothing
         check_quantization_args(m.weight, bits, group_size)
-    tied = {}  # embedding name -> the linear head sharing its weight (or None: the head is embed.weight.T)
+    tied = {}  # embedding name -> the linear head sharing its weight
     for e_name, emb in embeddings.items():
         sharing = [n for n, m in linears.items() if m.weight is emb.weight]
         if sharing:
             tied[e_name] = sharing[0]
-        elif not any(m.out_features == emb.num_embeddings for m in linears.values()):
-            check_quantization_args(emb.weight, bits, group_size)
-            tied[e_name] = None
 
     def width(name: str, group: str) -> int:
         return widths.get(name, widths.get(group, bits))
@@ -237,12 +183,10 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     shared: dict[str, QuantizedLinear] = {}
     for e_name, head_name in tied.items():
         emb, b = embeddings[e_name], width(e_name, "embedding")
-        q = QuantizedLinear.from_linear(linears[head_name], b, group_size, activations) if head_name else \
-            QuantizedLinear.from_weight(emb.weight, b, group_size, activations=activations)  # (V, D), as the head reads it
+        q = QuantizedLinear.from_linear(linears[head_name], b, group_size, activations)  # (V, D), as the head reads it
         parent, child = _parent(model, e_name)
         setattr(parent, child, QuantizedEmbedding(q))
-        if head_name:
-            shared[head_name] = q
+        shared[head_name] = q
     for name, m in linears.items():
         parent, child = _parent(model, name)
         setattr(parent, child, shared.get(name) or
