@@ -79,9 +79,8 @@ def _build():
 
 
 def _check_max_path() -> None:
-    cap = os.environ.get(MAX_PATH_VARIABLE, "")
-    if cap not in ("", *PATHS[1:]):
-        raise ValueError(f"{MAX_PATH_VARIABLE} must be one of {PATHS[1:]} or unset, got {cap!r}")
+    from .._checks.quantization import check_max_path
+    check_max_path(MAX_PATH_VARIABLE, os.environ.get(MAX_PATH_VARIABLE, ""), PATHS[1:])
 
 
 def kernel_available() -> tuple[bool, str]:

@@ -24,8 +24,8 @@ import torch
 import torch.nn as nn
 
 from .._checks import check_matvec_input, check_quantization_args
-from .._checks.quantization import check_activations
-from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
+from .._checks.quantization import check_activations, check_quantized_linear_args, check_widths
+from .formats import FORMATS, dequantize_blocks, quantize_blocks
 from .fused import FusedDecodeStep
 from .kernels import matmul, matvec, vnni_available
 from ..model import DecoderOnlyLM
@@ -51,12 +51,7 @@ class QuantizedLinear(nn.Module):
                  bias: torch.Tensor | None = None, activations: str = "float32"):
         super().__init__()
         self.activations = check_activations(activations)
-        if fmt not in FORMATS.values():
-            raise ValueError(f"fmt must be one of {sorted(FORMATS.values())}, got {fmt!r}")
-        expected = in_features // group_size * bytes_per_block(fmt, group_size)
-        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] != expected:
-            raise ValueError(f"blocks must be uint8 (out_features, {expected}) for {fmt} with in_features="
-                             f"{in_features}, group_size={group_size}; got {blocks.dtype} {tuple(blocks.shape)}")
+        check_quantized_linear_args(blocks, fmt, in_features, group_size)
         self.fmt, self.in_features, self.group_size = fmt, in_features, group_size
         self.out_features = blocks.shape[0]
         self.register_buffer("blocks", blocks)
@@ -137,18 +132,6 @@ def tensor_group(name: str) -> str:
     return _GROUP_OF_LAYER.get(name.rpartition(".")[2], "other")
 
 
-def _check_widths(widths, names: set[str]) -> dict[str, int]:
-    if not isinstance(widths, dict):
-        raise ValueError(f"widths must be a dict {{group or layer name: 4 or 8}}, got {type(widths).__name__}")
-    for key, value in widths.items():
-        if key not in TENSOR_GROUPS and key not in names:
-            raise ValueError(f"widths: {key!r} is neither a tensor group {TENSOR_GROUPS} nor a linear layer or "
-                             f"embedding of the model")
-        if isinstance(value, bool) or value not in (4, 8):
-            raise ValueError(f"widths: {key!r} must map to 4 or 8 bits, got {value!r}")
-    return dict(widths)
-
-
 def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32",
              widths: dict[str, int] | None = None) -> nn.Module:
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
@@ -168,7 +151,7 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    widths = _check_widths(DEFAULT_WIDTHS if widths is None else widths, set(linears) | set(embeddings))
+    widths = check_widths(DEFAULT_WIDTHS if widths is None else widths, TENSOR_GROUPS, set(linears) | set(embeddings))
     for name, m in linears.items():  # check everything first: all or nothing
         check_quantization_args(m.weight, bits, group_size)
     tied = {}  # embedding name -> the linear head sharing its weight
