@@ -417,6 +417,42 @@ def test_matmul_equals_reference(built, B, N, groups, gs, fmt, seed):
     assert (excess <= 0).all(), float(excess.max())
 
 
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 40), N=st.integers(1, 70), groups=st.integers(1, 5), gs=st.sampled_from([32, 64]),
+       fmt=st.sampled_from(["q8_0", "q4_1"]), seed=st.integers(0, 10_000))
+def test_matmul_int8_activations_equals_reference(built, B, N, groups, gs, fmt, seed):
+    """The int8 prefill (the VNNI int8 GEMM where this CPU has it and gs = 32, else x's codes
+    decoded and the float32 tiles) against the readable ``quantize_activations(x) @ W^T``. Both
+    multiply the same x^ = dx qx (the kernel's codes equal quantize_activations' bit for bit, see
+    test_kernel_int8_codes_equal_reference): each block's integer sum is exact, so what differs is
+    the float32 rounding of the scale products and of the sums over blocks, inside the
+    (K + 5) eps S of _rounding_bound with S made of x^ (row counts not a multiple of the kernel's
+    8 and 16, and gs = 64 (never the GEMM), included)."""
+    K = groups * gs
+    blocks = quantize_blocks(_weights(N, K, seed=seed), 8 if fmt == "q8_0" else 4, gs)
+    x = torch.randn(B, K, generator=torch.Generator().manual_seed(seed)) * 3
+    got = kernels.matmul(x, blocks, fmt, gs, activations="int8")
+    want = matvec_reference(x, blocks, fmt, gs, activations="int8")
+    assert got.shape == (B, N)
+    excess = (got.double() - want.double()).abs() - _rounding_bound(_decoded_x(x, gs), blocks, fmt, gs)
+    assert (excess <= 0).all(), float(excess.max())
+
+
+def test_int8_layers_send_three_rows_to_the_gemm(built):
+    """With int8 x and VNNI, three rows or more go through matmul (the int8 GEMM), and the layer's
+    result is the int8-activation product either way."""
+    from transformer_lib.quantization.modules import KERNEL_MAX_ROWS, KERNEL_MAX_ROWS_INT8
+    layer = QuantizedLinear.from_weight(_weights(100, 64), 4, activations="int8")
+    limit = KERNEL_MAX_ROWS_INT8 if vnni_available() else KERNEL_MAX_ROWS
+    for rows in (1, limit, limit + 1):
+        x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
+        with mock.patch("transformer_lib.quantization.modules.matmul", wraps=kernels.matmul) as spy:
+            got = layer(x)
+        assert spy.called == (rows > limit)
+        want = matvec_reference(x, layer.blocks, "q4_1", 32, activations="int8")
+        assert ((got - want).abs() <= _rounding_bound(_decoded_x(x, 32), layer.blocks, "q4_1", 32)).all()
+
+
 def test_matmul_keeps_leading_dims_and_serves_prefill(built):
     """QuantizedLinear sends more than KERNEL_MAX_ROWS rows (a prompt) through matmul."""
     from transformer_lib.quantization.modules import KERNEL_MAX_ROWS
@@ -434,7 +470,7 @@ def test_matmul_bad_arguments_name_themselves():
     for kwargs, name in [(dict(x=x.long()), "x"), (dict(x="x"), "x"), (dict(fmt="q5_0"), "fmt"),
                          (dict(group_size=48), "group_size"), (dict(group_size=True), "group_size"),
                          (dict(blocks=blocks[:, :-1]), "blocks"), (dict(blocks=blocks.float()), "blocks"),
-                         (dict(blocks=blocks, fmt="q8_0"), "blocks")]:
+                         (dict(blocks=blocks, fmt="q8_0"), "blocks"), (dict(activations="int4"), "activations")]:
         args = dict(x=x, blocks=blocks, fmt="q4_1", group_size=32) | kwargs
         with pytest.raises(ValueError, match=name):
             kernels.matmul(**args)
@@ -487,20 +523,20 @@ def test_quantize_is_all_or_nothing():
     assert not any(isinstance(m, QuantizedLinear) for m in model.modules())
 
 
-def test_quantized_weight_stands_for_the_matrix():
-    """``x @ embed.weight.T`` (a head written as the embedding's transpose) goes through the kernel; anything else decodes."""
+def test_quantized_embedding_is_the_head_and_looks_up_decoded_rows():
+    """The tied head is a module call on the embedding's own blocks; the lookup decodes only the rows
+    asked for; an embedding no linear layer shares stays float32."""
     emb = QuantizedEmbedding(QuantizedLinear.from_weight(_weights(100, 64), 4))
     x = torch.randn(3, 64)
     dense = emb.head.dequantized_weight()
-    assert torch.allclose(x @ emb.weight.T, x @ dense.T, atol=1e-5)
-    assert torch.allclose(torch.nn.functional.linear(x, emb.weight), x @ dense.T, atol=1e-5)
-    assert torch.allclose(torch.add(emb.weight, 1.0), dense + 1)
-    assert emb.weight.shape == (100, 64) and emb.weight.T.shape == (64, 100)
+    want = x @ dense.T
+    assert ((emb.head(x) - want).abs() <= _rounding_bound(x, emb.head.blocks, "q4_1", 32)).all()
     tokens = torch.tensor([[3, 99, 0]])
     assert torch.equal(emb(tokens), dense[tokens])
+    untied = torch.nn.Sequential(torch.nn.Embedding(100, 64), torch.nn.Linear(64, 32))
+    quantize(untied, 4)
+    assert type(untied[0]) is torch.nn.Embedding and isinstance(untied[1], QuantizedLinear)
 
-
-# -- the fused one-token step of a quantized Llama -------------------------------------------------
 
 def _small_llama(seed=0):
     from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder

@@ -66,3 +66,36 @@ def check_matmul_args(x, blocks, fmt, group_size) -> None:
                          f"group_size={group_size}; got {got}")
     if blocks.device != x.device:
         raise ValueError(f"blocks must be on x's device {x.device}, got {blocks.device}")
+
+
+def check_quantized_linear_args(blocks, fmt, in_features: int, group_size: int) -> None:
+    """``QuantizedLinear``'s blocks: ``fmt`` 'q8_0' or 'q4_1', blocks uint8 (out_features,
+    in_features / group_size * bytes per block)."""
+    if fmt not in ("q8_0", "q4_1"):
+        raise ValueError(f"fmt must be one of ['q4_1', 'q8_0'], got {fmt!r}")
+    expected = in_features // group_size * (2 + group_size if fmt == "q8_0" else 4 + group_size // 2)
+    if not isinstance(blocks, torch.Tensor) or blocks.dtype != torch.uint8 or blocks.dim() != 2 \
+            or blocks.shape[1] != expected:
+        got = f"{blocks.dtype} {tuple(blocks.shape)}" if isinstance(blocks, torch.Tensor) else type(blocks).__name__
+        raise ValueError(f"blocks must be uint8 (out_features, {expected}) for {fmt} with in_features="
+                         f"{in_features}, group_size={group_size}; got {got}")
+
+
+def check_widths(widths, groups, names) -> dict:
+    """``quantize``'s ``widths``: a dict from a tensor group (``groups``) or a layer's name
+    (``names``) to 4 or 8 bits; returns a copy."""
+    if not isinstance(widths, dict):
+        raise ValueError(f"widths must be a dict {{group or layer name: 4 or 8}}, got {type(widths).__name__}")
+    for key, value in widths.items():
+        if key not in groups and key not in names:
+            raise ValueError(f"widths: {key!r} is neither a tensor group {tuple(groups)} nor a linear layer or "
+                             f"embedding of the model")
+        if isinstance(value, bool) or value not in (4, 8):
+            raise ValueError(f"widths: {key!r} must map to 4 or 8 bits, got {value!r}")
+    return dict(widths)
+
+
+def check_max_path(variable: str, value: str, paths) -> None:
+    """The environment variable capping the kernel's code path: unset or one of ``paths``."""
+    if value not in ("", *paths):
+        raise ValueError(f"{variable} must be one of {tuple(paths)} or unset, got {value!r}")

@@ -5,7 +5,8 @@ with its GGUF file's own 4-bit blocks.
   ``round_trip`` to measure the error of any width and granularity.
 - :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
   compiled (``matvec``: C++, AVX-512 or AVX2 code paths chosen when it runs (``kernel_paths``),
-  threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS).
+  threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS;
+  with int8 activations an int8 GEMM on AVX-512 VNNI).
 - :mod:`.modules`: ``QuantizedLinear``, ``QuantizedEmbedding`` and ``quantize(model, bits, widths=...)``,
   which swaps them into a model in place (the embedding and head at 8 bits by default, as
   llama.cpp does); :func:`transformer_lib.sampling.generate_ids` drives it.
@@ -22,14 +23,14 @@ from .gguf_blocks import gguf_widths, load_smollm2_quantized, read_gguf_blocks
 from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matmul, matvec, matvec_reference,
                       quantize_activations, simd_available, vnni_available)
 from .roofline import decode_ceiling, flops_per_byte
-from .modules import (DEFAULT_WIDTHS, TENSOR_GROUPS, QuantizedEmbedding, QuantizedLinear, QuantizedWeight, quantize,
+from .modules import (DEFAULT_WIDTHS, TENSOR_GROUPS, QuantizedEmbedding, QuantizedLinear, quantize,
                       tensor_group, weight_bytes)
 
 __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize_blocks", "dequantize_blocks",
            "round_trip", "kernel_available", "kernel_paths", "PATHS", "simd_available", "vnni_available", "matvec", "matmul",
            "matvec_reference",
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
-           "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
+           "QuantizedEmbedding", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
            "tensor_group", "gguf_widths", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
            "fuse_rows"]

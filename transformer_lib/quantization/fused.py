@@ -111,10 +111,10 @@ class FusedDecodeStep:
         if not self.enabled or torch.is_grad_enabled() or tokens.shape != (1, 1) or tokens.device.type != "cpu":
             return None
         pos = cache.lengths[0] if isinstance(getattr(cache, "lengths", None), list) and cache.lengths else None
-        if pos is None or any(n != pos for n in cache.lengths) or any(is_hooked(m) for m in model.modules()):
+        if pos is None or any(n != pos for n in cache.lengths):
             return None
         plan = self.plan(model)
-        if plan is None:
+        if plan is None or any(is_hooked(m) for m in plan["modules"]):  # the model's modules, listed once
             return None
         check_token_ids(tokens, model.embed.num_embeddings)  # DecoderOnlyLM.forward's checks
         check_cache(cache, len(model.blocks))
@@ -151,7 +151,7 @@ class FusedDecodeStep:
             return None
         (name, _, activations), = fmt
         attn0 = model.blocks[0].self_attn
-        self._plan = {"key": first.blocks.data_ptr(), "weights": weights,
+        self._plan = {"key": first.blocks.data_ptr(), "weights": weights, "modules": list(model.modules()),
                       "norms": [n.float().contiguous() for n in norms], "q4": name == "q4_1",
                       "int8_x": activations == "int8", "op": _ops().decode_step,
                       "sizes": (attn0.num_heads, attn0.num_kv_heads, attn0.head_dim, model.norm.eps)}

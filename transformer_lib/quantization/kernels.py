@@ -27,7 +27,8 @@ block's dot product is exact integer arithmetic, one AVX-512 VNNI instruction fo
 instructions per weight than decoding the weights to floats; the price is x's own rounding error
 (half a step of max|x| / 127 per value), and the result is then ``quantize_activations(x) @ W^T``,
 which the reference computes the same way. The default, ``"float32"``, leaves x as it is
-(weight-only quantization).
+(weight-only quantization). :func:`matmul` (prefill, many rows of x) has the same two kinds of x;
+with int8 x on AVX-512 VNNI it is an int8 GEMM (see its docstring).
 
 The C++ source is compiled by ``torch.utils.cpp_extension`` the first time it is needed, then
 cached (:mod:`transformer_lib._extensions`). Where that cannot work (no compiler, no ninja) the
@@ -78,9 +79,8 @@ def _build():
 
 
 def _check_max_path() -> None:
-    cap = os.environ.get(MAX_PATH_VARIABLE, "")
-    if cap not in ("", *PATHS[1:]):
-        raise ValueError(f"{MAX_PATH_VARIABLE} must be one of {PATHS[1:]} or unset, got {cap!r}")
+    from .._checks.quantization import check_max_path
+    check_max_path(MAX_PATH_VARIABLE, os.environ.get(MAX_PATH_VARIABLE, ""), PATHS[1:])
 
 
 def kernel_available() -> tuple[bool, str]:
@@ -185,37 +185,57 @@ def _bind() -> dict | None:
     return _STATE["kernels"]
 
 
-def matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32) -> torch.Tensor:
+def matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32,
+           activations: str = "float32") -> torch.Tensor:
     """``x (..., K) @ W^T -> (..., N)`` for many rows of x at once (prefill), W as ``fmt`` blocks
     (N, K / group_size * bytes per block).
 
     A prompt of B tokens uses each weight for 2 B flops, so for a long prompt the arithmetic, not
-    the bytes read, is the limit (:mod:`.roofline`). The compiled op decodes W one tile of rows at a
-    time (about 128 KB of float32, kept in the core's cache), once, and multiplies the tile with
-    all B rows by a float32 BLAS call: the decoding is paid once per weight, not once per row, and
-    no full float32 copy of W is ever written. The result equals :func:`matvec_reference` up to the
-    float32 rounding of the two sums (their orders differ; tests/test_quantization.py bounds it).
+    the bytes read, is the limit (:mod:`.roofline`). With ``activations="float32"`` the compiled op
+    decodes W one tile of rows at a time (about 128 KB of float32, kept in the core's cache), once,
+    and multiplies the tile with all B rows by a float32 BLAS call: the decoding is paid once per
+    weight, not once per row, and no full float32 copy of W is ever written. The result equals
+    :func:`matvec_reference` up to the float32 rounding of the two sums (their orders differ;
+    tests/test_quantization.py bounds it).
+
+    With ``activations="int8"`` x is quantized per block first (:func:`quantize_activations`, as
+    :func:`matvec` does) and, on a CPU with AVX-512 VNNI and ``group_size`` 32, the product is an
+    int8 GEMM: each tile of 16 rows of W is unpacked once to bytes and every block's dot product
+    with every row of x is exact integer arithmetic, 64 byte products per instruction (four times
+    float32's 16 multiply-adds), scaled once per block. Elsewhere the same product is computed from
+    x's codes decoded (``d q``) and the float32 tiles above, so every CPU computes
+    ``quantize_activations(x) @ W^T``, :func:`matvec_reference` with ``activations="int8"``.
     Bad input is a ValueError naming the argument; off the CPU, or without the compiled kernel, it
-    is ``x @ W^T`` on W decoded by :func:`~.formats.dequantize_blocks`."""
-    from .._checks.quantization import check_matmul_args
+    is the reference on W decoded by :func:`~.formats.dequantize_blocks`."""
+    from .._checks.quantization import check_activations, check_matmul_args
     check_matmul_args(x, blocks, fmt, group_size)
+    check_activations(activations)
     K, N = x.shape[-1], blocks.shape[0]
-    op = _matmul_op(fmt) if x.device.type == "cpu" and blocks.device.type == "cpu" else None
+    on_cpu = x.device.type == "cpu" and blocks.device.type == "cpu"
+    op = _matmul_op(fmt) if on_cpu else None
     if op is None:
-        return matvec_reference(x, blocks, fmt, group_size)
+        return matvec_reference(x, blocks, fmt, group_size, activations)
     rows = x.reshape(-1, K).float().contiguous()  # (..., K) -> (B, K)
     out = rows.new_empty(rows.shape[0], N)  # (B, N)
+    if activations == "int8":
+        if group_size == 32 and vnni_available():
+            _matmul_op(fmt, "int8")(rows, blocks.contiguous(), out, group_size)  # the int8 GEMM
+            return out.reshape(*x.shape[:-1], N)
+        q, d = quantize_activations(rows, group_size)  # (B, K) int8, (B, G)
+        rows = (q.float().reshape(len(rows), -1, group_size) * d[..., None]).reshape(-1, K)  # x^ = d q, (B, K)
     op(rows, blocks.contiguous(), out, group_size)
     return out.reshape(*x.shape[:-1], N)  # (B, N) -> (..., N)
 
 
-def _matmul_op(fmt: str):
-    """The compiled prefill op for ``fmt`` (looked up once), or None where the kernel cannot be built."""
+def _matmul_op(fmt: str, activations: str = "float32"):
+    """The compiled prefill op for ``fmt`` and ``activations`` (looked up once), or None where the
+    kernel cannot be built."""
     ops = _STATE.get("matmul")
     if ops is None:
         try:
             built = _ops()
         except RuntimeError:
             return None
-        ops = _STATE["matmul"] = {"q8_0": built.q8_0_matmul, "q4_1": built.q4_1_matmul}
-    return ops[fmt]
+        ops = _STATE["matmul"] = {("q8_0", "float32"): built.q8_0_matmul, ("q4_1", "float32"): built.q4_1_matmul,
+                                  ("q8_0", "int8"): built.q8_0_matmul_q8x, ("q4_1", "int8"): built.q4_1_matmul_q8x}
+    return ops[fmt, activations]

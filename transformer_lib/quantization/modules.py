@@ -8,37 +8,38 @@ trades a little of that accuracy for fewer instructions per weight (llama.cpp's 
 
 :class:`QuantizedLinear` replaces ``nn.Linear``: one row of x (or a few) goes through the compiled
 kernel (:func:`~.kernels.matvec`), a long prompt's many rows through :func:`~.kernels.matmul`
-(prefill is bound by arithmetic: each tile of W is decoded once and multiplied by float32 BLAS).
-Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is) or ``"int8"``
-(llama.cpp's way: x is quantized per block of 32 inside the kernel, integer dot products; faster,
-and x's rounding adds its own small error; prefill stays float32 either way).
+(prefill is bound by arithmetic: each tile of W is unpacked once and reused for every row).
+Its ``activations`` is ``"float32"`` (weight-only: x enters the kernel as it is; prefill tiles are
+decoded to float32 and multiplied by BLAS) or ``"int8"`` (llama.cpp's way: x is quantized per block
+of 32 inside the kernel, integer dot products, in decoding and in prefill (an int8 GEMM on AVX-512
+VNNI); faster, and x's rounding adds its own small error).
 
 :class:`QuantizedEmbedding` replaces a *tied* embedding: the same blocks are looked up row by row
 for the input and multiplied as the output head (a tied ``DecoderOnlyLM`` head is that same
-:class:`QuantizedLinear`). A model that writes its head as ``x @ self.embed.weight.T`` gets from
-``.weight`` a :class:`QuantizedWeight`, a small tensor-like object (PyTorch's
-``__torch_function__`` protocol) that turns that product into a kernel call.
+:class:`QuantizedLinear`, a module call like any other layer).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .._checks import check_matvec_input, check_quantization_args
-from .._checks.quantization import check_activations
-from .formats import FORMATS, bytes_per_block, dequantize_blocks, quantize_blocks
+from .._checks.quantization import check_activations, check_quantized_linear_args, check_widths
+from .formats import FORMATS, dequantize_blocks, quantize_blocks
 from .fused import FusedDecodeStep
-from .kernels import matmul, matvec
+from .kernels import matmul, matvec, vnni_available
 from ..model import DecoderOnlyLM
 
-__all__ = ["QuantizedLinear", "QuantizedEmbedding", "QuantizedWeight", "quantize", "weight_bytes",
-           "KERNEL_MAX_ROWS", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
+__all__ = ["QuantizedLinear", "QuantizedEmbedding", "quantize", "weight_bytes",
+           "KERNEL_MAX_ROWS", "KERNEL_MAX_ROWS_INT8", "TENSOR_GROUPS", "DEFAULT_WIDTHS", "tensor_group"]
 
 # Up to this many rows of x go through the matrix-vector kernel (decoding, small batches); more
 # rows go through kernels.matmul: W decoded once, tile by tile, and float32 BLAS (prefill: bound by
 # arithmetic, not bytes).
 KERNEL_MAX_ROWS = 16
+# With int8 x on a CPU with AVX-512 VNNI, the int8 GEMM of kernels.matmul (each weight tile unpacked
+# once, reused for every row) overtakes the matrix-vector kernel from 3 rows on.
+KERNEL_MAX_ROWS_INT8 = 2
 
 
 class QuantizedLinear(nn.Module):
@@ -50,12 +51,7 @@ class QuantizedLinear(nn.Module):
                  bias: torch.Tensor | None = None, activations: str = "float32"):
         super().__init__()
         self.activations = check_activations(activations)
-        if fmt not in FORMATS.values():
-            raise ValueError(f"fmt must be one of {sorted(FORMATS.values())}, got {fmt!r}")
-        expected = in_features // group_size * bytes_per_block(fmt, group_size)
-        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] != expected:
-            raise ValueError(f"blocks must be uint8 (out_features, {expected}) for {fmt} with in_features="
-                             f"{in_features}, group_size={group_size}; got {blocks.dtype} {tuple(blocks.shape)}")
+        check_quantized_linear_args(blocks, fmt, in_features, group_size)
         self.fmt, self.in_features, self.group_size = fmt, in_features, group_size
         self.out_features = blocks.shape[0]
         self.register_buffer("blocks", blocks)
@@ -83,10 +79,10 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_matvec_input(x, self.in_features)
         rows = x.numel() // self.in_features
-        if rows <= KERNEL_MAX_ROWS:
+        if rows <= (KERNEL_MAX_ROWS_INT8 if self.activations == "int8" and vnni_available() else KERNEL_MAX_ROWS):
             y = matvec(x, self.blocks, self.fmt, self.group_size, activations=self.activations)  # (..., in) -> (..., out)
         else:
-            y = matmul(x, self.blocks, self.fmt, self.group_size)  # prefill: tiles decoded once, BLAS (..., out)
+            y = matmul(x, self.blocks, self.fmt, self.group_size, self.activations)  # prefill (..., out)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -94,60 +90,14 @@ class QuantizedLinear(nn.Module):
                 f"group_size={self.group_size}, bias={self.bias is not None}, activations={self.activations}")
 
 
-class QuantizedWeight:
-    """What ``QuantizedEmbedding.weight`` returns: stands for the (V, D) matrix in ``x @ weight.T``
-    (and ``F.linear(x, weight)``) without decoding it. Any other torch call on it decodes the full
-    matrix first (correct, but slow and 4-8 times the memory)."""
-
-    def __init__(self, layer: QuantizedLinear, transposed: bool = False):
-        self.layer, self.transposed = layer, transposed
-
-    @property
-    def T(self) -> "QuantizedWeight":
-        return QuantizedWeight(self.layer, not self.transposed)
-
-    @property
-    def shape(self) -> torch.Size:
-        V, D = self.layer.out_features, self.layer.in_features
-        return torch.Size((D, V) if self.transposed else (V, D))
-
-    dtype = torch.float32
-
-    @property
-    def device(self) -> torch.device:
-        return self.layer.blocks.device
-
-    def dequantize(self) -> torch.Tensor:
-        w = self.layer.dequantized_weight()  # (V, D)
-        return w.T if self.transposed else w
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__) and len(args) == 2 \
-                and isinstance(args[1], cls) and args[1].transposed and isinstance(args[0], torch.Tensor):
-            return args[1].layer(args[0])  # x (..., D) @ W^T (D, V) -> (..., V)
-        if func is F.linear and len(args) >= 2 and isinstance(args[1], cls) and not args[1].transposed:
-            y = args[1].layer(args[0])
-            bias = args[2] if len(args) > 2 else kwargs.get("bias")
-            return y if bias is None else y + bias
-        decoded = [a.dequantize() if isinstance(a, cls) else a for a in args]
-        return func(*decoded, **kwargs)
-
-
 class QuantizedEmbedding(nn.Module):
-    """A tied embedding kept as blocks: ``forward(tokens)`` decodes the rows it looks up;
-    ``.weight`` is a :class:`QuantizedWeight` for the output head; ``.head`` is the same blocks as a
-    :class:`QuantizedLinear` (shared, not copied)."""
+    """A tied embedding kept as blocks: ``forward(tokens)`` decodes the rows it looks up; ``.head``
+    is the same blocks as a :class:`QuantizedLinear`, the model's output head (shared, not copied)."""
 
     def __init__(self, head: QuantizedLinear):
         super().__init__()
         self.head = head
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
-
-    @property
-    def weight(self) -> QuantizedWeight:
-        return QuantizedWeight(self.head)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.head
@@ -182,18 +132,6 @@ def tensor_group(name: str) -> str:
     return _GROUP_OF_LAYER.get(name.rpartition(".")[2], "other")
 
 
-def _check_widths(widths, names: set[str]) -> dict[str, int]:
-    if not isinstance(widths, dict):
-        raise ValueError(f"widths must be a dict {{group or layer name: 4 or 8}}, got {type(widths).__name__}")
-    for key, value in widths.items():
-        if key not in TENSOR_GROUPS and key not in names:
-            raise ValueError(f"widths: {key!r} is neither a tensor group {TENSOR_GROUPS} nor a linear layer or "
-                             f"embedding of the model")
-        if isinstance(value, bool) or value not in (4, 8):
-            raise ValueError(f"widths: {key!r} must map to 4 or 8 bits, got {value!r}")
-    return dict(widths)
-
-
 def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32",
              widths: dict[str, int] | None = None) -> nn.Module:
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
@@ -204,10 +142,8 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     rest get ``bits``. The default, :data:`DEFAULT_WIDTHS`, keeps the embedding and output head at
     8 bits (the packaged SmolLM2 file's own mixture); ``widths={}`` is uniform ``bits``.
 
-    The embedding is quantized too when it is tied to the output head: when a linear layer shares
-    its weight (``DecoderOnlyLM``), or when no linear layer produces vocabulary-sized outputs (the
-    head is ``x @ embed.weight.T``). Untied embeddings, norms and biases stay
-    float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
+    The embedding is quantized too when it is tied to the output head, a linear layer sharing its
+    weight (``DecoderOnlyLM``). Untied embeddings, norms and biases stay float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
     anything is replaced, as do unknown names in ``widths``. ``activations``: see
     :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
     :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
@@ -215,17 +151,14 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     check_activations(activations)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     embeddings = {name: m for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    widths = _check_widths(DEFAULT_WIDTHS if widths is None else widths, set(linears) | set(embeddings))
+    widths = check_widths(DEFAULT_WIDTHS if widths is None else widths, TENSOR_GROUPS, set(linears) | set(embeddings))
     for name, m in linears.items():  # check everything first: all or nothing
         check_quantization_args(m.weight, bits, group_size)
-    tied = {}  # embedding name -> the linear head sharing its weight (or None: the head is embed.weight.T)
+    tied = {}  # embedding name -> the linear head sharing its weight
     for e_name, emb in embeddings.items():
         sharing = [n for n, m in linears.items() if m.weight is emb.weight]
         if sharing:
             tied[e_name] = sharing[0]
-        elif not any(m.out_features == emb.num_embeddings for m in linears.values()):
-            check_quantization_args(emb.weight, bits, group_size)
-            tied[e_name] = None
 
     def width(name: str, group: str) -> int:
         return widths.get(name, widths.get(group, bits))
@@ -233,12 +166,10 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     shared: dict[str, QuantizedLinear] = {}
     for e_name, head_name in tied.items():
         emb, b = embeddings[e_name], width(e_name, "embedding")
-        q = QuantizedLinear.from_linear(linears[head_name], b, group_size, activations) if head_name else \
-            QuantizedLinear.from_weight(emb.weight, b, group_size, activations=activations)  # (V, D), as the head reads it
+        q = QuantizedLinear.from_linear(linears[head_name], b, group_size, activations)  # (V, D), as the head reads it
         parent, child = _parent(model, e_name)
         setattr(parent, child, QuantizedEmbedding(q))
-        if head_name:
-            shared[head_name] = q
+        shared[head_name] = q
     for name, m in linears.items():
         parent, child = _parent(model, name)
         setattr(parent, child, shared.get(name) or
