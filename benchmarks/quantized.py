@@ -25,8 +25,13 @@ a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 * transformers - its ``generate`` on the model it reads from the same GGUF (float32);
 * llama.cpp   - ``llama-cpp-python`` on the same GGUF file (skipped when it is not installed:
                 PyPI has no CPU wheel, ``pip install llama-cpp-python`` builds llama.cpp from
-                source: 36+ minutes on the two shared cores, unfinished after 45 minutes at load
-                20-25 even with examples, tests, tools and server off).
+                source, about 13 minutes on two idle cores). On a CPU with AMX (Intel Sapphire
+                Rapids and later) in a virtual machine, a native build segfaulted in its first
+                decode (its AMX path); this build works there:
+                  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                  -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON
+                  -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+                  pip install --no-cache-dir llama-cpp-python==0.3.36
 
 Method: one warm-up each, then ``--rounds`` rounds taking turns, median tokens/s (prefill
 included, as a user sees it). Perplexity: non-overlapping windows of 256 tokens of the book's
@@ -128,8 +133,8 @@ def llama_cpp_generator(path: Path, threads: int):
     """A function prompt ids -> 64 greedy ids from llama.cpp, or None when it is not installed."""
     if importlib.util.find_spec("llama_cpp") is None:
         return None, None
-    # a build of llama.cpp can crash in its first decode (this machine's 0.3.36 build did: a
-    # segmentation fault), which no try/except catches: probe it in a child process first
+    # a build of llama.cpp can crash in its first decode (a native 0.3.36 build did on an AMX CPU
+    # in a VM: a segmentation fault), which no try/except catches: probe it in a child process first
     probe = ("import llama_cpp; llm = llama_cpp.Llama(model_path=%r, n_threads=%d, n_ctx=64, verbose=False); "
              "llm.eval([1, 2, 3])" % (str(path), threads))
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300)
