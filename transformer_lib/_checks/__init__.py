@@ -59,7 +59,7 @@ from .distributed import (  # noqa: F401
 )
 from .quantization import (  # noqa: F401
     check_quantization_args, check_matvec_input, check_activations, check_matmul_args,
-    check_quantized_linear_args, check_widths, check_max_path,
+    check_quantized_linear_args, check_widths, check_max_path, check_kernel_path,
 )
 from .sampling import (  # noqa: F401
     check_temperature, check_strategy, check_seed, check_decoder_ids,

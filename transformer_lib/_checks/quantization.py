@@ -99,3 +99,17 @@ def check_max_path(variable: str, value: str, paths) -> None:
     """The environment variable capping the kernel's code path: unset or one of ``paths``."""
     if value not in ("", *paths):
         raise ValueError(f"{variable} must be one of {tuple(paths)} or unset, got {value!r}")
+
+
+def check_kernel_path(path, group_size: int, paths, offered) -> None:
+    """A code path asked for by name: one of ``paths`` ("auto" or a named one), one this CPU runs
+    (``offered``, read by the caller from the built kernel), taking ``group_size`` (the vector paths
+    read whole chunks of 32 codes)."""
+    if not isinstance(path, str) or path not in paths:
+        raise ValueError(f"path must be one of {tuple(paths)}, got {path!r}")
+    if path == "auto":
+        return
+    if path not in offered:
+        raise ValueError(f"path={path!r} does not run here: this CPU offers {offered or 'no compiled kernel'}")
+    if path != "portable" and group_size % 32:
+        raise ValueError(f"path={path!r} needs a group_size that is a multiple of 32, got {group_size}")

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from .._checks.quantization import check_activations, check_kernel_path
 from .._extensions import Kernel, cpp_ops
 from .formats import dequantize_blocks
 
@@ -93,8 +94,7 @@ def kernel_paths(activations: str = "float32") -> tuple[str, ...]:
     """The kernel's code paths that run on this CPU, fastest first: some of ``"avx512"`` (for
     ``activations="int8"``: AVX-512 with VNNI), ``"avx2"`` (AVX2 + FMA) and always ``"portable"``;
     ``()`` where the kernel cannot be built (then :func:`matvec` is the reference)."""
-    if activations not in ACTIVATIONS:
-        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+    check_activations(activations)
     key = ("paths", activations)
     if key not in _STATE:
         ok, _ = kernel_available()
@@ -110,20 +110,6 @@ def simd_available() -> bool:
 def vnni_available() -> bool:
     """Whether the int8-activation path's VNNI instructions run on this CPU (False without the kernel)."""
     return "avx512" in kernel_paths("int8")
-
-
-def check_path(path: str, group_size: int, activations: str) -> None:
-    """ValueError unless ``path`` is one of :data:`PATHS`, runs on this CPU, and takes ``group_size``
-    (the vector paths read whole chunks of 32 codes)."""
-    if not isinstance(path, str) or path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path == "auto":
-        return
-    offered = kernel_paths(activations)
-    if path not in offered:
-        raise ValueError(f"path={path!r} does not run here: this CPU offers {offered or 'no compiled kernel'}")
-    if path != "portable" and group_size % 32:
-        raise ValueError(f"path={path!r} needs a group_size that is a multiple of 32, got {group_size}")
 
 
 def quantize_activations(x: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,7 +146,7 @@ def matvec(x: torch.Tensor, blocks: torch.Tensor, fmt: str, group_size: int = 32
     run is a ValueError. Falls back to :func:`matvec_reference` off the CPU or where the kernel
     cannot be built."""
     if path != "auto":
-        check_path(path, group_size, activations)
+        check_kernel_path(path, group_size, PATHS, kernel_paths(check_activations(activations)))
     kernels = _STATE.get("kernels")  # the ops themselves, looked up once (no per-call attribute walk)
     if kernels is None and not KERNEL.errors and x.device.type == "cpu":
         kernels = _bind()
