@@ -10,17 +10,17 @@ token a layer, against ``2 * H * d_h`` for multi-head attention.
 For decoding, the key up-projection ``W_UK`` can be absorbed into the query
 (``q_nope . (W_UK c) = (W_UK^T q_nope) . c``) and the value up-projection ``W_UV`` applied after
 the weighted sum of latents: attention then runs on the latents directly (``absorbed=True``),
-equal to the naive path that materialises every key and value.
+equal to the naive path that materialises every key and value. Either way the weighted sum is
+the library's one attention core (``attention._attention``) over queries and keys that join the
+two parts, ``[q_nope, q_R] . [k_nope, k_R]``: only what is attended in differs.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ._checks import check_choice, check_features, check_int, check_latent_sizes
+from .attention import _attention
 from .norms import RMSNorm
 
 
@@ -129,22 +129,22 @@ class LatentAttention(nn.Module):
         if cache is not None:
             c, k_r = cache.update(layer, c, k_r)                                # (B, T, r), (B, T, dr)
         T = c.shape[1]
-        scores_rope = q_rope @ k_r.unsqueeze(1).transpose(-1, -2)               # (B, H, L, T)
         w = self.kv_b_proj.weight.view(H, dn + dv, r)
         w_uk, w_uv = w[:, :dn], w[:, dn:]                                       # (H, dn, r), (H, dv, r)
-        if absorbed:
-            q_lat = torch.einsum("bhld,hdr->bhlr", q_nope, w_uk)               # (B, H, L, r)
-            scores_nope = q_lat @ c.unsqueeze(1).transpose(-1, -2)              # (B, H, L, T)
+        k_r = k_r.unsqueeze(1)                                                  # (B, 1, T, dr): one for all heads
+        if absorbed:  # attend in the latent space: W_UK folded into the queries, W_UV applied after
+            q = torch.cat([torch.einsum("bhld,hdr->bhlr", q_nope, w_uk), q_rope], -1)  # (B, H, L, r + dr)
+            k = torch.cat([c.unsqueeze(1), k_r], -1)                            # (B, 1, T, r + dr), shared
+            v = c.unsqueeze(1)                                                  # (B, 1, T, r), shared
         else:
             kv = self.kv_b_proj(c).view(B, T, H, dn + dv).transpose(1, 2)       # (B, H, T, dn + dv)
-            k_nope, v = kv.split([dn, dv], -1)
-            scores_nope = q_nope @ k_nope.transpose(-1, -2)                     # (B, H, L, T)
-        scores = (scores_nope + scores_rope) * self.scale
-        causal = torch.ones(L, T, dtype=torch.bool, device=x.device).tril(T - L)
-        p = F.softmax(scores.masked_fill(~causal, float("-inf")), -1)            # (B, H, L, T)
+            k_nope, v = kv.split([dn, dv], -1)                                  # (B, H, T, dn), (B, H, T, dv)
+            q = torch.cat([q_nope, q_rope], -1)                                 # (B, H, L, dn + dr)
+            k = torch.cat([k_nope, k_r.expand(B, H, T, dr)], -1)                # (B, H, T, dn + dr)
+        causal = torch.ones(L, T, dtype=torch.bool, device=x.device).tril(T - L)  # (L, T): the cache's T - L come first
+        # the library's one attention core; scores q . k = q_nope . k_nope + q_rope . k_rope, scaled
+        # by the full head's 1 / sqrt(dn + dr) whatever the width attended in
+        out, _ = _attention(q, k, v, causal, self.scale, None, 0.0)             # (B, H, L, r or dv)
         if absorbed:
-            out_lat = p @ c.unsqueeze(1)                                        # (B, H, L, r)
-            out = torch.einsum("bhlr,hvr->bhlv", out_lat, w_uv)                # (B, H, L, dv)
-        else:
-            out = p @ v                                                         # (B, H, L, dv)
+            out = torch.einsum("bhlr,hvr->bhlv", out, w_uv)                    # (B, H, L, r) -> (B, H, L, dv)
         return self.o_proj(out.transpose(1, 2).reshape(B, L, H * dv))
