@@ -14,7 +14,8 @@
   (SDPA) against explicit products: CUDA's attention kernels have formulas, so both count the
   same, where on the CPU the fused count misses Q K^T and A V.
 
-Times are medians of CUDA-event timings after warm-up; each call is synchronized.
+Times are medians after warm-up (``profiling.median_time``, the device synchronized around each
+call); peak memory is ``profiling.peak_memory`` (torch.cuda's peak-allocation statistics).
 """
 from __future__ import annotations
 
@@ -29,46 +30,22 @@ from _results import write_results
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.cost import block_macs
 from transformer_lib.probes import record_attention
-from transformer_lib.profiling import count_flops
+from transformer_lib.profiling import count_flops, median_time, peak_memory
 from transformer_lib.tiled import tiled_attention
-
-
-def median_ms(fn, repeat: int = 10, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
-def peak_mb(fn) -> float:
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def rates(dev) -> dict:
     x = torch.empty(2 * 2**30 // 4, device=dev)
     y = torch.empty_like(x)
-    ms = median_ms(lambda: y.copy_(x))
-    out = {"copy_GB_per_s": round(2 * x.numel() * 4 / (ms / 1e3) / 1e9)}
+    seconds = median_time(lambda: y.copy_(x), repeat=10, warmup=3, device=dev)
+    out = {"copy_GB_per_s": round(2 * x.numel() * 4 / seconds / 1e9)}
     del x, y
     n = 8192
     for name, dtype, tf32 in [("float32", torch.float32, False), ("tf32", torch.float32, True),
                               ("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False)]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         a, b = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
-        tflops = 2 * n**3 / (median_ms(lambda: a @ b) / 1e3) / 1e12
+        tflops = 2 * n**3 / median_time(lambda: a @ b, repeat=10, warmup=3, device=dev) / 1e12
         out[name] = {"TFLOP_per_s": round(tflops, 1),
                      "flops_per_byte": round(tflops * 1e12 / (out["copy_GB_per_s"] * 1e9), 1)}
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -99,8 +76,9 @@ def attention_rows(dev, lengths) -> list[dict]:
         row = {"n": n, "ms": {}, "peak_MB": {}, "max_error": {}}
         for name, fn in kernels.items():
             slow = name.startswith("tiled")
-            row["ms"][name] = round(median_ms(fn, repeat=3 if slow else 10, warmup=1 if slow else 3), 4)
-            row["peak_MB"][name] = round(peak_mb(fn), 2)
+            seconds = median_time(fn, repeat=3 if slow else 10, warmup=1 if slow else 3, device=dev)
+            row["ms"][name] = round(seconds * 1e3, 4)
+            row["peak_MB"][name] = round(peak_memory(fn, device=dev) / 2**20, 2)
             row["max_error"][name] = float(f"{(fn().double() - ref).abs().max().item():.3g}")
         rows.append(row)
     return rows
