@@ -1071,3 +1071,18 @@ def test_each_rule_is_written_once_and_exported_by_the_package():
     assert sorted(where) == checks.__all__
     for name, (module,) in where.items():
         assert getattr(checks, name).__module__ == f"transformer_lib._checks.{module}"
+
+
+def test_ids_for_a_decoder_without_a_token_table_need_only_be_non_negative():
+    # a decoder with no `embed` table (a stack the reader wrote) has no known vocabulary: ids
+    # must be integers >= 0, and the message says so (not a range ending at 2**63 - 1)
+    from transformer_lib._checks import check_decoder_ids
+
+    class TableLess(torch.nn.Module):
+        pass
+
+    with pytest.raises(ValueError, match=r"prompt must be token ids >= 0, got -1"):
+        check_decoder_ids(TableLess(), torch.tensor([[1, -1]]), "prompt")
+    with pytest.raises(ValueError, match="integer token ids"):
+        check_decoder_ids(TableLess(), torch.tensor([[1.0, 2.0]]), "prompt")
+    check_decoder_ids(TableLess(), torch.tensor([[1, 10**6]]), "prompt")

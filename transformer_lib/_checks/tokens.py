@@ -22,8 +22,9 @@ def check_tokens(tokens: torch.Tensor, name: str = "tokens") -> None:
         raise ValueError(f"{name} must be (B, L), got shape {shape}")
 
 
-def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
-    """``tokens`` must be an integer (B, L) tensor of ids in ``[0, vocab_size)``.
+def check_token_ids(tokens, vocab_size: int | None, name: str = "tokens") -> None:
+    """``tokens`` must be an integer (B, L) tensor of ids in ``[0, vocab_size)`` (``>= 0`` where the
+    vocabulary is not known: ``vocab_size=None``).
 
     Float ids are refused rather than truncated (3.7 is not a token), and an id outside the table
     is named here instead of failing deep inside ``nn.Embedding``'s index lookup.
@@ -35,7 +36,9 @@ def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
         raise ValueError(f"{name} must be (B, L), got shape {tuple(tokens.shape)}")
     if torch.compiler.is_exporting():
         return  # the ids are not known while torch.export traces: the exported graph's user checks them
-    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+    if tokens.numel() and vocab_size is None and int(tokens.min()) < 0:
+        raise ValueError(f"{name} must be token ids >= 0, got {int(tokens.min())}")
+    if tokens.numel() and vocab_size is not None and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {int(tokens.min())} "
                          f"to {int(tokens.max())}")
 
