@@ -149,5 +149,12 @@ def test_what_a_submission_writes_is_bounded_and_removed(limited):
     if home:
         assert int(home.group(1)) * 2**26 <= grading.HOME_BYTES
     log = limited["result"]["fill"]["log"]
-    assert "wrote more than" in log or "filled" in printed
+    # Three endings, all bounded: the watcher killed the kernel past FOLDER_BYTES ("wrote more
+    # than" in the log), every place refused a write (ENOSPC/EFBIG, "filled" printed), or, on a
+    # machine whose disk is busy (another process deleting gigabytes), writing to the page cache
+    # is throttled and the cell reaches its time limit first (CellTimeoutError).
+    timed_out = any(o.get("ename") == "CellTimeoutError" for o in answer_cells(nb)[0].outputs)
+    assert "wrote more than" in log or "filled" in printed or timed_out, (log[-2000:], printed)
+    cells, checks = _timing(log)
+    assert cells + checks <= NOTEBOOK_TIMEOUT + PROBE + 5, (cells, checks)
     assert not list(Path("/tmp").glob("tlib-grade-*/kernel/fill-*")), "a kernel folder was left behind"
