@@ -70,10 +70,11 @@ the same tokenizer, no BOS added, non-overlapping windows of 256, each from an e
 llama.cpp Q8_0 with llama.cpp F32 (its own int8-vs-float32 number), of llama.cpp F32 with our
 float32 (the sanity check: the same weights in two implementations), of llama.cpp Q8_0 with our
 float32, our int8 and our int8 x8. llama.cpp's Q8_0 products also round x to Q8_0 blocks, so its
-counterpart here is our "int8 x8" row, not the weight-only "int8". Why flips happen: the top-1 minus top-2 logit margin
-(nats) of each float32 model at every position, the share of positions below a few thresholds, and
-the share of each int8's disagreements whose float32 margin is below them (near-ties: a weight
-rounding of ~1e-2 in a logit flips them). That explains the agreement; it is not a new target.
+counterpart here is our "int8 x8" row, not the weight-only "int8". Why flips happen: the top-1
+minus top-2 logit margin (nats) of each float32 model at every position, the share of positions
+below a few thresholds (``MARGINS``), and the share of each int8's disagreements whose float32
+margin is below them (near-ties, which a small rounding error in a logit can flip). That explains
+the agreement; it is not a new target.
 ``--only reference`` measures no timing and rewrites only that key of the json.
 
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
