@@ -3,6 +3,7 @@ transformers and llama.cpp beside them (issues 31 and 41, chapter 19).
 
     nice .venv/bin/python benchmarks/quantized.py            # the full table (a few minutes)
     .venv/bin/python benchmarks/quantized.py --quick         # 16 new tokens, one round, short text
+    nice .venv/bin/python benchmarks/quantized.py --only reference   # llama.cpp's own Q8_0 only (below)
 
 Setting: SmolLM2-135M-Instruct from the packaged GGUF, batch 1, CPU, greedy, 64 new tokens after
 a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
@@ -55,6 +56,27 @@ avx2, portable: ``kernel_paths``), medians taken in turns in one run: microsecon
 weights read, the roofline numbers of each kernel. The avx2 rows are what a laptop without
 AVX-512 gets; the decoding rows above run the path "auto" picks (recorded as ``decoding_path``).
 
+Reference point for int8 quality (``--only reference``, and in the full run where llama.cpp is
+installed; the key ``llama_cpp_reference``): what llama.cpp's own Q8_0 keeps of its own float32 on
+the same file, text and protocol. In a child process (a crash there cannot take the benchmark down),
+``llama_cpp.llama_model_quantize`` (``allow_requantize``) rewrites the packaged GGUF into a temporary
+folder twice: ``LLAMA_FTYPE_ALL_F32`` (every tensor dequantized to float32: llama.cpp's decoding of
+the same file our float32 model is) and ``LLAMA_FTYPE_MOSTLY_Q8_0`` (the Q4_1 tensors dequantized and
+re-quantized to Q8_0 blocks of 32, as our int8; the Q8_0 embedding/head copied as it is). Each is
+loaded with ``logits_all=True``, ``n_ctx`` = the window, a float32 KV cache (so only the weights
+differ from our float32), and fed the very token windows of the perplexity above: the same ids from
+the same tokenizer, no BOS added, non-overlapping windows of 256, each from an empty cache
+(``reset``, ``eval``, ``scores``). Recorded: perplexity of each llama.cpp model; argmax agreement of
+llama.cpp Q8_0 with llama.cpp F32 (its own int8-vs-float32 number), of llama.cpp F32 with our
+float32 (the sanity check: the same weights in two implementations), of llama.cpp Q8_0 with our
+float32, our int8 and our int8 x8. llama.cpp's Q8_0 products also round x to Q8_0 blocks, so its
+counterpart here is our "int8 x8" row, not the weight-only "int8". Why flips happen: the top-1
+minus top-2 logit margin (nats) of each float32 model at every position, the share of positions
+below a few thresholds (``MARGINS``), and the share of each int8's disagreements whose float32
+margin is below them (near-ties, which a small rounding error in a logit can flip). That explains
+the agreement; it is not a new target.
+``--only reference`` measures no timing and rewrites only that key of the json.
+
 It prints, asserts nothing, and writes benchmarks/results/quantized.json (with the machine and
 its load average before and after) for chapter 19. Run it on a quiet machine.
 """
@@ -64,11 +86,13 @@ import argparse
 import copy
 import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,7 +102,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
-from _results import describe, machine, write_results  # noqa: E402
+from _results import RESULTS, describe, machine, write_results  # noqa: E402
 
 from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
@@ -157,6 +181,156 @@ def llama_cpp_generator(path: Path, threads: int):
 
     return run, llama_cpp.__version__
 
+MARGINS = (0.01, 0.05, 0.1, 0.5)  # nats: top-1 minus top-2 logit, thresholds of a "near-tie"
+
+
+def _llama_cpp_child(job_path: str) -> None:
+    """Runs in a child process (``--llama-cpp-child JOB``): requantize the GGUF to F32 and Q8_0 with
+    llama.cpp, feed each the job's windows, write per position the argmax and top-2 margin, and per
+    window the mean next-token loss, to the job's ``out`` file."""
+    import ctypes
+    import numpy as np
+    import llama_cpp
+    job = json.loads(Path(job_path).read_text())
+    ctx, out = job["context"], {}
+    windows = [job["ids"][i:i + ctx] for i in range(0, len(job["ids"]) - ctx + 1, ctx)]
+    with tempfile.TemporaryDirectory(prefix="q8ref-") as tmp:
+        for name, ftype in (("F32", llama_cpp.LLAMA_FTYPE_ALL_F32), ("Q8_0", llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0)):
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype, params.allow_requantize, params.nthread = ftype, True, job["threads"]
+            target = os.path.join(tmp, f"{name}.gguf")
+            rc = llama_cpp.llama_model_quantize(job["gguf"].encode(), target.encode(), ctypes.byref(params))
+            if rc != 0:
+                raise RuntimeError(f"llama_model_quantize to {name} returned {rc}")
+            import gguf
+            types: dict[str, int] = {}
+            for t in gguf.GGUFReader(target).tensors:
+                types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+            llm = llama_cpp.Llama(model_path=target, logits_all=True, n_ctx=ctx, n_batch=ctx, n_ubatch=ctx,
+                                  n_threads=job["threads"], n_threads_batch=job["threads"], verbose=False,
+                                  type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+            argmax, margin, losses = [], [], []
+            for w in windows:
+                llm.reset()
+                llm.eval(w)
+                logits = np.array(llm.scores[:ctx], dtype=np.float64)  # (ctx, V)
+                top2 = np.sort(np.partition(logits, -2, axis=-1)[:, -2:], axis=-1)  # (ctx, 2)
+                argmax += logits.argmax(-1).tolist()
+                margin += (top2[:, 1] - top2[:, 0]).tolist()
+                m = logits.max(-1, keepdims=True)  # log-softmax, position t predicts token t + 1
+                logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))  # (ctx, V)
+                losses.append(float(-logp[np.arange(ctx - 1), np.asarray(w[1:])].mean()))
+            out[name] = {"argmax": argmax, "margin": margin, "window_loss": losses, "tensor_types": types}
+            del llm
+            os.remove(target)
+    Path(job["out"]).write_text(json.dumps(out))
+
+
+@torch.no_grad()
+def choices_and_margins(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """As ``quality``, plus the top-1 minus top-2 logit at every position (how near a tie it is)."""
+    n = len(ids) // context
+    total, choices, margins = 0.0, [], []
+    for w in ids[: n * context].view(n, context).split(1):  # (1, context) each
+        logits = model(w)  # (1, context, V)
+        total += causal_lm_loss(logits, w).item()
+        top2 = logits.double().topk(2, dim=-1).values.reshape(-1, 2)  # (context, 2)
+        choices.append(logits.argmax(-1).reshape(-1))
+        margins.append(top2[:, 0] - top2[:, 1])
+    return math.exp(total / n), torch.cat(choices), torch.cat(margins)
+
+
+def llama_cpp_reference(path: Path, models: dict, ids: torch.Tensor, context: int, threads: int) -> dict | None:
+    """llama.cpp's own Q8_0 against its own F32 on the same windows (module docstring), beside ours
+    (``models``: "float32", "int8" and "int8 x8"); None when llama.cpp is not installed or its child
+    process fails (then said on stdout)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("# llama.cpp reference: llama-cpp-python is not installed (skipped)")
+        return None
+    version = importlib.metadata.version("llama-cpp-python")
+    with tempfile.TemporaryDirectory(prefix="q8ref-job-") as tmp:
+        job, out = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        job.write_text(json.dumps({"gguf": str(path), "ids": ids.tolist(), "context": context,
+                                   "threads": threads, "out": str(out)}))
+        child = subprocess.run([sys.executable, __file__, "--llama-cpp-child", str(job)], capture_output=True,
+                               timeout=3600)
+        if child.returncode != 0 or not out.exists():
+            print(f"# llama.cpp reference: its child process failed (exit {child.returncode}); skipped\n"
+                  + child.stderr.decode(errors="replace")[-2000:])
+            return None
+        got = json.loads(out.read_text())
+    ours = {name: choices_and_margins(models[name], ids, context) for name in ("float32", "int8", "int8 x8")}
+    llama = {name: (math.exp(statistics.fmean(r["window_loss"])), torch.tensor(r["argmax"]),
+                    torch.tensor(r["margin"], dtype=torch.float64)) for name, r in got.items()}
+
+    def agree(a, b) -> float:
+        return round(float((a == b).float().mean()), 4)
+
+    def near_ties(margin: torch.Tensor) -> dict:
+        return {str(t): round(float((margin < t).float().mean()), 4) if len(margin) else None for t in MARGINS}
+
+    def flips(model_choice, ref_choice, ref_margin) -> dict:
+        flipped = model_choice != ref_choice
+        return {"count": int(flipped.sum()), "share_with_margin_below": near_ties(ref_margin[flipped]),
+                "median_margin": round(float(ref_margin[flipped].median()), 4) if flipped.any() else None}
+
+    f32, q8 = llama["F32"], llama["Q8_0"]
+    return {
+        "llama_cpp": version, "tokens": len(ids), "context": context, "threads": threads, "bos": False,
+        "kv_cache": "f32", "float32_from": "llama_model_quantize, LLAMA_FTYPE_ALL_F32",
+        "q8_0_from": "llama_model_quantize, LLAMA_FTYPE_MOSTLY_Q8_0, allow_requantize",
+        "tensor_types": {name: r["tensor_types"] for name, r in got.items()},
+        "perplexity": {"llama.cpp F32": round(f32[0], 4), "llama.cpp Q8_0": round(q8[0], 4),
+                       **{f"ours {name}": round(r[0], 4) for name, r in ours.items()}},
+        "agreement": {"llama.cpp Q8_0 vs llama.cpp F32": agree(q8[1], f32[1]),
+                      "llama.cpp F32 vs ours float32": agree(f32[1], ours["float32"][1]),
+                      "llama.cpp Q8_0 vs ours float32": agree(q8[1], ours["float32"][1]),
+                      "ours int8 vs ours float32": agree(ours["int8"][1], ours["float32"][1]),
+                      "ours int8 x8 vs ours float32": agree(ours["int8 x8"][1], ours["float32"][1]),
+                      "ours int8 vs llama.cpp Q8_0": agree(ours["int8"][1], q8[1]),
+                      "ours int8 x8 vs llama.cpp Q8_0": agree(ours["int8 x8"][1], q8[1])},
+        "margin_thresholds_nats": list(MARGINS),
+        "float32_share_with_margin_below": {"ours": near_ties(ours["float32"][2]), "llama.cpp F32": near_ties(f32[2])},
+        "float32_median_margin": {"ours": round(float(ours["float32"][2].median()), 4),
+                                  "llama.cpp F32": round(float(f32[2].median()), 4)},
+        "flips": {"ours int8 vs ours float32": flips(ours["int8"][1], ours["float32"][1], ours["float32"][2]),
+                  "ours int8 x8 vs ours float32": flips(ours["int8 x8"][1], ours["float32"][1], ours["float32"][2]),
+                  "llama.cpp Q8_0 vs llama.cpp F32": flips(q8[1], f32[1], f32[2])},
+        "date": time.strftime("%Y-%m-%d"), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def print_reference(ref: dict) -> None:
+    print(f"# llama.cpp {ref['llama_cpp']} reference: {ref['tokens']} held-out tokens, windows of {ref['context']}, "
+          f"no BOS, f32 KV cache")
+    for k, v in ref["perplexity"].items():
+        print(f"perplexity {k:<34}{v:>9.3f}")
+    for k, v in ref["agreement"].items():
+        print(f"agreement  {k:<34}{v:>9.4f}")
+    print("share of positions whose float32 top-1 minus top-2 margin is below t nats:",
+          ref["float32_share_with_margin_below"])
+    for k, v in ref["flips"].items():
+        print(f"flips {k}: {v['count']}, share at margin below t: {v['share_with_margin_below']}, "
+              f"median margin {v['median_margin']}")
+
+
+def reference_only(threads: int) -> None:
+    """``--only reference``: measure the llama.cpp reference and rewrite that one key of the json,
+    leaving every other key (the timings) as it is."""
+    dense = load_smollm2("cpu")
+    ids = held_out_ids(lambda s: dense.tokenizer.encode(s).ids, 2048)
+    models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
+              "int8 x8": quantize(copy.deepcopy(dense.model), 8, activations="int8")}  # as in the full run
+    ref = llama_cpp_reference(smollm2_gguf_path(), models, ids, 256, threads)
+    if ref is None:
+        print("# benchmarks/results/quantized.json left as it is")
+        return
+    print_reference(ref)
+    path = RESULTS / "quantized.json"
+    results = json.loads(path.read_text())
+    results["llama_cpp_reference"] = ref
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"# wrote llama_cpp_reference in {path.relative_to(RESULTS.parent.parent)}")
+
 
 def matvec_table(repeat: int) -> dict:
     """Batch-1 products for SmolLM2's shapes: float32 (x @ W^T), then each kernel on every code path
@@ -195,8 +369,15 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--skip-transformers", action="store_true",
                     help="leave out the transformers row (a provisional run on a busy machine)")
+    ap.add_argument("--only", choices=["reference"],
+                    help="reference: only llama.cpp's Q8_0 vs its F32 (rewrites that key of the json, no timing)")
+    ap.add_argument("--llama-cpp-child", metavar="JOB", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.llama_cpp_child:
+        return _llama_cpp_child(args.llama_cpp_child)
     torch.set_num_threads(args.threads)
+    if args.only == "reference":
+        return reference_only(args.threads)
     load_before = round(os.getloadavg()[0], 2)
     new_tokens, prompt_len, context = (16 if args.quick else 64), 64, 256
     rounds, text_tokens = (1, 512) if args.quick else (args.rounds, 2048)
@@ -390,6 +571,9 @@ def main() -> None:
               targets["int8_perplexity_change_pct"], targets["int4_perplexity_change_pct"],
               targets["int8_teacher_forced_agreement"], targets["int4_teacher_forced_agreement"],
               targets["int4_over_float32_prefill_min"], best4))
+    ref = None if args.quick else llama_cpp_reference(path, models, ids, context, args.threads)
+    if ref is not None:
+        print_reference(ref)
     if not args.no_write:
         write_results("quantized", {
             "setting": {"model": "SmolLM2-135M-Instruct (packaged Q4_1 GGUF)", "batch": 1, "device": "cpu",
@@ -406,7 +590,8 @@ def main() -> None:
             "prefill_tokens": 256, "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()},
             "prefill_by_length": prefill_by_length, "file_mixture": file_mixture,
             "requantization_unchanged": round(unchanged, 4), "sensitivity": sens,
-            "load_1min_before": load_before, "targets": {k: round(v, 4) for k, v in targets.items()}})
+            "load_1min_before": load_before, "targets": {k: round(v, 4) for k, v in targets.items()},
+            **({"llama_cpp_reference": ref} if ref is not None else {})})
 
 
 if __name__ == "__main__":
