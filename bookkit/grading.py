@@ -426,7 +426,8 @@ class SandboxedExecute(NoWidgetMimic, Execute):
     memory_bytes = Integer(4 * 2**30, help="address-space limit of the sandboxed kernel").tag(config=True)
     cpu_seconds = Integer(900, help="CPU-time limit of the sandboxed kernel").tag(config=True)
     require_sandbox = Bool(True, help="refuse to grade when bwrap is missing").tag(config=True)
-    notebook_timeout = Integer(1200, help="seconds a whole submission may take, its cells and its checks: "
+    notebook_timeout = Integer(1200, help="seconds a whole submission may take, its cells and its checks, counted "
+                                          "from the moment its kernel answers: "
                                           "later cells are skipped, later checks score 0").tag(config=True)
     output_limit = Integer(OUTPUT_LIMIT, help="bytes of outputs one cell keeps").tag(config=True)
     folder_bytes = Integer(FOLDER_BYTES, help="bytes the kernel may keep in its folder on the grader's "
@@ -536,6 +537,9 @@ class SandboxedExecute(NoWidgetMimic, Execute):
     def preprocess_cell(self, cell, resources, index):
         if self.timings["kernel_start"] is None:  # the kernel is up and has answered kernel_info
             self.timings["kernel_start"] = time.perf_counter() - self._start
+            # the submission's time starts now: a grader slow to start its kernel (a busy machine)
+            # must not spend what the student's cells and checks are given
+            self._start = time.perf_counter()
         start = time.perf_counter()
         try:
             return self._preprocess_cell(cell, resources, index)
