@@ -14,6 +14,7 @@ skips locally and fails under CI (CI=true), so a missing browser cannot pass sil
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -33,7 +34,6 @@ if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs it", pytrace=False)
     pytest.skip(f"{CHROMIUM} is missing: run `make browser-deps`", allow_module_level=True)
 pytest.importorskip("playwright.sync_api")
-from playwright.sync_api import expect  # noqa: E402
 
 
 def toc_pages() -> list[str]:
@@ -43,6 +43,14 @@ def toc_pages() -> list[str]:
 
 PAGES = toc_pages()
 CHAPTER_PAGES = [p for p in PAGES if p.startswith("chapters/")]
+
+
+@functools.cache
+def solution_pages() -> frozenset[str]:
+    """Pages with an exercise's solution cell (shut until its toggle is clicked); asked once the
+    ``site`` fixture has built the book."""
+    return frozenset(p for p in CHAPTER_PAGES
+                     if "tag_solution" in (book.HTML / f"{p}.html").read_text(encoding="utf8"))
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +103,9 @@ RAW_MATH = re.compile(r"\$[^$\s][^$]*\$|\\\(|\\\[|\\begin\{")
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_page_loads_clean_with_math_and_figures(browser, site, name):
+def test_page_loads_clean_with_math_figures_and_shut_solutions(browser, site, name):
+    """Math typeset, every image decoded, no console error or off-machine request, and every
+    solution shut until its toggle is clicked (checked on the page already open)."""
     page, log = open_page(browser, site, name)
     try:
         n_math = page.locator("article .math").count()
@@ -114,6 +124,8 @@ def test_page_loads_clean_with_math_and_figures(browser, site, name):
         }""")
         empty = [s for s in sizes if s[1] == 0 or s[2] == 0]
         assert not empty, f"{name}: {len(empty)} of {len(sizes)} images are empty: {empty[:3]}"
+        if name in solution_pages():
+            _solutions_open_only_when_toggled(page, name)
         assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
     finally:
         page.close()
@@ -200,37 +212,44 @@ def test_slider_changes_figure_and_screenshots(browser, site):
     assert (SCREENSHOTS / "00-how-to-use.png").stat().st_size > 10_000
 
 
-def test_solutions_hidden_until_toggled(browser, site):
-    pages = [p for p in CHAPTER_PAGES
-             if 'tag_solution' in (book.HTML / f"{p}.html").read_text(encoding="utf8")]
-    assert pages, "no chapter page has a solution cell"
-    for name in pages:
-        page, log = open_page(browser, site, name)
-        try:
-            cells = page.locator("div.cell.tag_solution")
-            for k in range(cells.count()):
-                cell = cells.nth(k)
-                code = cell.locator(".cell_input pre").first
-                assert not code.is_visible(), f"{name}: solution {k} is visible before its toggle"
-                toggle = cell.locator("summary").first
-                assert "solution" in toggle.inner_text().lower()
-                details = toggle.locator("xpath=..")
-                for attempt in range(3):
-                    # on a busy machine a figure loading above can move the toggle between
-                    # Playwright's aim and its click (the fresh-clone CI saw chapter 5's first
-                    # solution stay shut): a click that left <details> shut is retried; one that
-                    # opened it must show the code
-                    toggle.click()
-                    try:
-                        expect(details).to_have_attribute("open", "", timeout=2_000)
-                        break
-                    except AssertionError:
-                        if attempt == 2:
-                            raise AssertionError(f"{name}: solution {k}'s toggle never opened it (3 clicks)")
-                expect(code, f"{name}: solution {k} did not open").to_be_visible(timeout=5_000)
-            assert not log.problems, "\n".join(log.problems)
-        finally:
-            page.close()
+# For each solution cell of a page: is its code drawn (a box on screen), is its <details> open, and
+# what its toggle says. A closed <details> lays out nothing but its summary, so the code inside has
+# no box until it opens. One call per page instead of one per cell and question.
+_SOLUTIONS_JS = """() => [...document.querySelectorAll('div.cell.tag_solution')].map(cell => {
+  const code = cell.querySelector('.cell_input pre'), summary = cell.querySelector('summary');
+  const box = code ? code.getBoundingClientRect() : {width: 0, height: 0};
+  return {shown: !!code && box.width > 0 && box.height > 0 && code.checkVisibility(),
+          open: !!summary && summary.parentElement.open, toggle: summary ? summary.innerText : ''};
+})"""
+
+
+def _solutions_open_only_when_toggled(page, name: str) -> None:
+    """Every solution is shut when its page loads, its toggle says so, and a real click on the
+    toggle (Playwright's: the mouse at the toggle's centre once it stands still) shows its code."""
+    before = page.evaluate(_SOLUTIONS_JS)
+    assert before, f"{name}: no solution cell on the page"
+    for k, cell in enumerate(before):
+        assert not cell["shown"] and not cell["open"], f"{name}: solution {k} is visible before its toggle"
+        assert "solution" in cell["toggle"].lower(), (name, k, cell["toggle"])
+    toggles = page.locator("div.cell.tag_solution summary")
+    shut = list(range(len(before)))
+    for attempt in range(3):
+        # on a busy machine a figure loading above can move a toggle between Playwright's aim and
+        # its click (the fresh-clone CI saw chapter 5's first solution stay shut): a click that
+        # left its <details> shut is tried again
+        for k in shut:
+            toggles.nth(k).click()
+        after = page.evaluate(_SOLUTIONS_JS)
+        shut = [k for k, cell in enumerate(after) if not cell["open"]]
+        if not shut:
+            break
+    assert not shut, f"{name}: solutions {shut} never opened (3 clicks each)"
+    hidden = [k for k, cell in enumerate(after) if not cell["shown"]]
+    assert not hidden, f"{name}: solutions {hidden} opened but their code is not shown"
+
+
+def test_chapters_have_solutions_to_check(site):
+    assert len(solution_pages()) >= 10, sorted(solution_pages())
 
 
 def test_search_works_offline(browser, site):
