@@ -102,33 +102,68 @@ _PROSE_JS = """() => {
 RAW_MATH = re.compile(r"\$[^$\s][^$]*\$|\\\(|\\\[|\\begin\{")
 
 
-@pytest.mark.parametrize("name", PAGES)
-def test_page_loads_clean_with_math_figures_and_shut_solutions(browser, site, name):
-    """Math typeset, every image decoded, no console error or off-machine request, and every
-    solution shut until its toggle is clicked (checked on the page already open)."""
+def _loads_clean(page, log, name: str) -> None:
+    """Math typeset, every image decoded, no console error or off-machine request."""
+    n_math = page.locator("article .math").count()
+    n_typeset = page.locator("article mjx-container").count()
+    assert n_typeset >= n_math, f"{name}: {n_math} formulas, only {n_typeset} typeset by MathJax"
+    if n_math:
+        assert page.evaluate("() => !!window.MathJax && !!MathJax.version"), "MathJax did not load"
+    raw = RAW_MATH.findall(page.evaluate(_PROSE_JS))
+    assert not raw, f"{name}: math left untypeset: {raw[:5]}"
+    # every image, visible or in a hidden widget panel, decodes to a non-empty picture
+    sizes = page.evaluate("""async () => {
+        const imgs = [...document.querySelectorAll('article img')];
+        imgs.forEach(i => i.loading = 'eager');  // frames load lazily: fetch them all here
+        await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+        return imgs.map(i => [i.getAttribute('alt') || i.currentSrc.slice(0, 80), i.naturalWidth, i.naturalHeight]);
+    }""")
+    empty = [s for s in sizes if s[1] == 0 or s[2] == 0]
+    assert not empty, f"{name}: {len(empty)} of {len(sizes)} images are empty: {empty[:3]}"
+    assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTER_PAGES])
+def test_page_loads_clean_with_math_and_figures(browser, site, name):
     page, log = open_page(browser, site, name)
     try:
-        n_math = page.locator("article .math").count()
-        n_typeset = page.locator("article mjx-container").count()
-        assert n_typeset >= n_math, f"{name}: {n_math} formulas, only {n_typeset} typeset by MathJax"
-        if n_math:
-            assert page.evaluate("() => !!window.MathJax && !!MathJax.version"), "MathJax did not load"
-        raw = RAW_MATH.findall(page.evaluate(_PROSE_JS))
-        assert not raw, f"{name}: math left untypeset: {raw[:5]}"
-        # every image, visible or in a hidden widget panel, decodes to a non-empty picture
-        sizes = page.evaluate("""async () => {
-            const imgs = [...document.querySelectorAll('article img')];
-            imgs.forEach(i => i.loading = 'eager');  // frames load lazily: fetch them all here
-            await Promise.all(imgs.map(i => i.decode().catch(() => null)));
-            return imgs.map(i => [i.getAttribute('alt') || i.currentSrc.slice(0, 80), i.naturalWidth, i.naturalHeight]);
-        }""")
-        empty = [s for s in sizes if s[1] == 0 or s[2] == 0]
-        assert not empty, f"{name}: {len(empty)} of {len(sizes)} images are empty: {empty[:3]}"
-        if name in solution_pages():
-            _solutions_open_only_when_toggled(page, name)
-        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+        _loads_clean(page, log, name)
     finally:
         page.close()
+
+
+@pytest.fixture(scope="class", params=CHAPTER_PAGES)
+def desktop(request, browser, site):
+    """One chapter page open at desktop width for the tests of TestChapterOnDesktop, which pytest
+    runs page by page (a class-scoped parameter): each page is loaded and typeset once, not once
+    per test. The tests run in the class's order; the last ones click."""
+    name = request.param
+    page, log = open_page(browser, site, name)
+    yield name, page, log
+    page.close()
+
+
+class TestChapterOnDesktop:
+    def test_code_and_display_math_fit_the_column_at_1280px(self, desktop):
+        """The column holds CODE_WIDTH characters of code (what `bookkit.notebooks format` folds
+        to), and no code cell and no display equation is wider than its column (equations are
+        scaled by fit-math.js; code, its strings and docstrings included, is wrapped in the
+        chapter source). Checked first, on the page as it loaded (solutions shut)."""
+        _code_and_math_fit(*desktop)
+
+    def test_loads_clean_with_math_and_figures(self, desktop):
+        name, page, log = desktop
+        _loads_clean(page, log, name)
+
+    def test_solutions_open_only_when_toggled(self, desktop):
+        name, page, log = desktop
+        if name not in solution_pages():
+            pytest.skip(f"{name} has no solution cell")
+        _solutions_open_only_when_toggled(page, name)
+        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+
+    def test_static_widgets_switch_output(self, desktop):
+        _static_widgets_switch_output(*desktop)
 
 
 def _visible_panels(widget) -> list[str]:
@@ -161,25 +196,22 @@ def _move_a_control(page, widget) -> bool:
     return False
 
 
-@pytest.mark.parametrize("name", CHAPTER_PAGES)
-def test_static_widgets_switch_output(browser, site, name):
-    page, log = open_page(browser, site, name)
-    try:
-        widgets = page.locator(".tlib-widget")
-        for k in range(widgets.count()):
-            w = widgets.nth(k)
-            w.scroll_into_view_if_needed()
-            before = _visible_panels(w)
-            assert len(before) == 1, f"{name} widget {k}: {len(before)} panels shown at first"
-            shown_before = w.locator(".tlib-panel:visible").first.inner_html()
-            assert _move_a_control(page, w), f"{name} widget {k}: no control with more than one setting"
-            after = _visible_panels(w)
-            assert len(after) == 1 and after != before, f"{name} widget {k}: panels {before} -> {after}"
-            if k == 0:  # the displayed output itself changed, not just the panel's key
-                assert w.locator(".tlib-panel:visible").first.inner_html() != shown_before
-        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
-    finally:
-        page.close()
+def _static_widgets_switch_output(name, page, log) -> None:
+    """Each static widget shows one panel, and moving a control shows another (the first
+    widget's displayed output itself changes)."""
+    widgets = page.locator(".tlib-widget")
+    for k in range(widgets.count()):
+        w = widgets.nth(k)
+        w.scroll_into_view_if_needed()
+        before = _visible_panels(w)
+        assert len(before) == 1, f"{name} widget {k}: {len(before)} panels shown at first"
+        shown_before = w.locator(".tlib-panel:visible").first.inner_html()
+        assert _move_a_control(page, w), f"{name} widget {k}: no control with more than one setting"
+        after = _visible_panels(w)
+        assert len(after) == 1 and after != before, f"{name} widget {k}: panels {before} -> {after}"
+        if k == 0:  # the displayed output itself changed, not just the panel's key
+            assert w.locator(".tlib-panel:visible").first.inner_html() != shown_before
+    assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
 
 
 def test_slider_changes_figure_and_screenshots(browser, site):
@@ -371,19 +403,11 @@ _WIDTH_JS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", CHAPTER_PAGES)
-def test_code_and_display_math_fit_the_column_at_1280px(browser, site, name):
-    """The column holds CODE_WIDTH characters of code (what `bookkit.notebooks format` folds to),
-    and no code cell and no display equation is wider than its column (equations are scaled by
-    fit-math.js; code, its strings and docstrings included, is wrapped in the chapter source)."""
+def _code_and_math_fit(name, page, log) -> None:
     import json
     from bookkit.notebooks import CODE_WIDTH
-    page, log = open_page(browser, site, name, viewport=DESKTOP)
-    try:
-        page.wait_for_timeout(200)  # fit-math.js runs right after MathJax's promise
-        r = page.evaluate(_WIDTH_JS)
-    finally:
-        page.close()
+    page.wait_for_timeout(200)  # fit-math.js runs right after MathJax's promise
+    r = page.evaluate(_WIDTH_JS)
     if r["n"]:
         assert r["fits"] >= CODE_WIDTH, f"{name}: the code column holds {r['fits']} characters, not {CODE_WIDTH}"
     assert not r["wideMath"], f"{name}: display equations wider than the column: {r['wideMath'][:3]}"
