@@ -127,18 +127,23 @@ def perplexity(model, ids: torch.Tensor, context: int) -> float:
     return math.exp(evaluate_lm(model, ids, context, batch_size=1))
 
 
+def read_window(logits: torch.Tensor, w: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """One window's reading: its mean next-token loss, the choice (argmax) at every position, and
+    how near a tie that choice was (top-1 minus top-2 logit, nats). ``logits`` (1, context, V), ``w``
+    (1, context); our models and llama.cpp's (in its child process) are read by this one function."""
+    top2 = logits.double().topk(2, dim=-1).values.reshape(-1, 2)  # (context, 2)
+    return causal_lm_loss(logits, w).item(), logits.argmax(-1).reshape(-1), top2[:, 0] - top2[:, 1]
+
+
 @torch.no_grad()
-def quality(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor]:
+def quality(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor, torch.Tensor]:
     """Perplexity over non-overlapping windows of ``context`` tokens (as ``evaluate_lm``), and the
-    model's next-token choice (argmax) at every position, reading the true text (teacher forced)."""
+    model's next-token choice (argmax) at every position, reading the true text (teacher forced),
+    with each choice's margin (``read_window``)."""
     n = len(ids) // context
     windows = ids[: n * context].view(n, context)  # (n, context)
-    total, choices = 0.0, []
-    for w in windows.split(1):
-        logits = model(w)  # (1, context, V)
-        total += causal_lm_loss(logits, w).item()
-        choices.append(logits.argmax(-1).reshape(-1))
-    return math.exp(total / n), torch.cat(choices)
+    losses, choices, margins = zip(*(read_window(model(w), w) for w in windows.split(1)))  # model(w): (1, context, V)
+    return math.exp(sum(losses) / n), torch.cat(choices), torch.cat(margins)
 
 
 def requantization_unchanged(dense, requantized) -> float:
@@ -189,7 +194,8 @@ def _llama_cpp_child(job_path: str) -> None:
     llama.cpp, feed each the job's windows, write per position the argmax and top-2 margin, and per
     window the mean next-token loss, to the job's ``out`` file."""
     import ctypes
-    import numpy as np
+
+    import gguf
     import llama_cpp
     job = json.loads(Path(job_path).read_text())
     ctx, out = job["context"], {}
@@ -202,7 +208,6 @@ def _llama_cpp_child(job_path: str) -> None:
             rc = llama_cpp.llama_model_quantize(job["gguf"].encode(), target.encode(), ctypes.byref(params))
             if rc != 0:
                 raise RuntimeError(f"llama_model_quantize to {name} returned {rc}")
-            import gguf
             types: dict[str, int] = {}
             for t in gguf.GGUFReader(target).tensors:
                 types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
@@ -213,37 +218,21 @@ def _llama_cpp_child(job_path: str) -> None:
             for w in windows:
                 llm.reset()
                 llm.eval(w)
-                logits = np.array(llm.scores[:ctx], dtype=np.float64)  # (ctx, V)
-                top2 = np.sort(np.partition(logits, -2, axis=-1)[:, -2:], axis=-1)  # (ctx, 2)
-                argmax += logits.argmax(-1).tolist()
-                margin += (top2[:, 1] - top2[:, 0]).tolist()
-                m = logits.max(-1, keepdims=True)  # log-softmax, position t predicts token t + 1
-                logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))  # (ctx, V)
-                losses.append(float(-logp[np.arange(ctx - 1), np.asarray(w[1:])].mean()))
+                logits = torch.from_numpy(llm.scores[:ctx]).double()[None]  # (1, ctx, V)
+                loss, choice, near = read_window(logits, torch.tensor([w]))
+                argmax += choice.tolist()
+                margin += near.tolist()
+                losses.append(loss)
             out[name] = {"argmax": argmax, "margin": margin, "window_loss": losses, "tensor_types": types}
             del llm
             os.remove(target)
     Path(job["out"]).write_text(json.dumps(out))
 
 
-@torch.no_grad()
-def choices_and_margins(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """As ``quality``, plus the top-1 minus top-2 logit at every position (how near a tie it is)."""
-    n = len(ids) // context
-    total, choices, margins = 0.0, [], []
-    for w in ids[: n * context].view(n, context).split(1):  # (1, context) each
-        logits = model(w)  # (1, context, V)
-        total += causal_lm_loss(logits, w).item()
-        top2 = logits.double().topk(2, dim=-1).values.reshape(-1, 2)  # (context, 2)
-        choices.append(logits.argmax(-1).reshape(-1))
-        margins.append(top2[:, 0] - top2[:, 1])
-    return math.exp(total / n), torch.cat(choices), torch.cat(margins)
-
-
-def llama_cpp_reference(path: Path, models: dict, ids: torch.Tensor, context: int, threads: int) -> dict | None:
+def llama_cpp_reference(path: Path, ours: dict, ids: torch.Tensor, context: int, threads: int) -> dict | None:
     """llama.cpp's own Q8_0 against its own F32 on the same windows (module docstring), beside ours
-    (``models``: "float32", "int8" and "int8 x8"); None when llama.cpp is not installed or its child
-    process fails (then said on stdout)."""
+    (``ours``: ``quality`` of "float32", "int8" and "int8 x8" on ``ids``); None when llama.cpp is not
+    installed or its child process fails (then said on stdout)."""
     if importlib.util.find_spec("llama_cpp") is None:
         print("# llama.cpp reference: llama-cpp-python is not installed (skipped)")
         return None
@@ -259,7 +248,6 @@ def llama_cpp_reference(path: Path, models: dict, ids: torch.Tensor, context: in
                   + child.stderr.decode(errors="replace")[-2000:])
             return None
         got = json.loads(out.read_text())
-    ours = {name: choices_and_margins(models[name], ids, context) for name in ("float32", "int8", "int8 x8")}
     llama = {name: (math.exp(statistics.fmean(r["window_loss"])), torch.tensor(r["argmax"]),
                     torch.tensor(r["margin"], dtype=torch.float64)) for name, r in got.items()}
 
@@ -320,7 +308,8 @@ def reference_only(threads: int) -> None:
     ids = held_out_ids(lambda s: dense.tokenizer.encode(s).ids, 2048)
     models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
               "int8 x8": quantize(copy.deepcopy(dense.model), 8, activations="int8")}  # as in the full run
-    ref = llama_cpp_reference(smollm2_gguf_path(), models, ids, 256, threads)
+    ours = {name: quality(m, ids, 256) for name, m in models.items()}
+    ref = llama_cpp_reference(smollm2_gguf_path(), ours, ids, 256, threads)
     if ref is None:
         print("# benchmarks/results/quantized.json left as it is")
         return
@@ -465,10 +454,9 @@ def main() -> None:
     prefill = {name: prefill_by_length[name]["256"] for name in ("float32", "int4 (file)", "int4 (file) x8")}
 
     ids = held_out_ids(encode, text_tokens)
-    ppl, choice = {}, {}
-    for name, m in models.items():
-        if name not in x8:
-            ppl[name], choice[name] = quality(m, ids, context)
+    read = {name: quality(m, ids, context) for name, m in models.items() if name not in x8}
+    ppl = {name: r[0] for name, r in read.items()}
+    choice = {name: r[1] for name, r in read.items()}
     forced = {name: float((c == choice["float32"]).float().mean()) for name, c in choice.items()}
     gpt, gpt_tok, _ = load_gpt_checkpoint()
     gpt_ids = torch.tensor(gpt_tok.encode(split_paragraphs(load_corpus())[1]), dtype=torch.long)
@@ -480,14 +468,14 @@ def main() -> None:
     # sensitivity: every tensor group at 8 bits except one at 4, per group, on both models
     def sensitivity(load, ids_, ctx, reference):
         out = {}
-        ref_ppl, ref_choice = reference
+        ref_ppl, ref_choice = reference[:2]
         for group in TENSOR_GROUPS:
             model = load()
             names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
             present = {"embedding"} | {tensor_group(n) for n in names}  # groups that hold a layer
             if group not in present:
                 continue
-            p, c = quality(quantize(model, 8, widths={group: 4}), ids_, ctx)
+            p, c, _ = quality(quantize(model, 8, widths={group: 4}), ids_, ctx)
             out[group] = {"perplexity": round(p, 4), "perplexity_change_pct": round(100 * (p / ref_ppl - 1), 3),
                           "teacher_forced_agreement": round(float((c == ref_choice).float().mean()), 4)}
             del model
@@ -512,7 +500,7 @@ def main() -> None:
     gpt_rows = [{"weights": k, "perplexity": round(p, 4),
                  "perplexity_change_pct": round(100 * (p / gpt_q["float32"][0] - 1), 3),
                  "teacher_forced_agreement": round(float((c == gpt_q["float32"][1]).float().mean()), 4)}
-                for k, (p, c) in gpt_q.items()]
+                for k, (p, c, _) in gpt_q.items()]
 
     print(f"# SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; {args.threads} threads; "
           f"transformers {tf_version or 'skipped'}; llama.cpp {llama_version or 'not installed (row skipped)'}")
@@ -571,7 +559,7 @@ def main() -> None:
               targets["int8_perplexity_change_pct"], targets["int4_perplexity_change_pct"],
               targets["int8_teacher_forced_agreement"], targets["int4_teacher_forced_agreement"],
               targets["int4_over_float32_prefill_min"], best4))
-    ref = None if args.quick else llama_cpp_reference(path, models, ids, context, args.threads)
+    ref = None if args.quick else llama_cpp_reference(path, read, ids, context, args.threads)
     if ref is not None:
         print_reference(ref)
     if not args.no_write:
