@@ -9,7 +9,13 @@ Setting: SmolLM2-135M-Instruct from the packaged GGUF, batch 1, CPU, greedy, 64 
 a 64-token prompt, ``--threads`` threads (2). Generators, all on the same file:
 
 * float32     - ``load_smollm2`` (every tensor dequantized to float32) + ``sampling.generate_ids``;
-* int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel);
+* int8        - the float32 model after ``quantize(model, 8)`` (q8_0 blocks, the compiled kernel):
+                each weight rounded to its nearest code;
+* int8 GPTQ   - ``quantize(model, 8, calibration=ids)``: the same q8_0 blocks and kernels, the codes
+                chosen by GPTQ (``quantization.gptq``) against each layer's inputs on
+                ``CALIBRATION_TOKENS`` tokens of the book's *training* prose (windows of 256), so
+                that the layers' outputs, not their weights, stay close to float32's; the tied
+                embedding/head stays rounded to nearest (it is exactly the file's Q8_0 anyway);
 * int4        - the float32 model after ``quantize(model, 4)``: the default mixture (q4_1 blocks, the
                 tied embedding/head q8_0: the packaged file's own widths, ``gguf_widths``);
 * int4 uniform - ``quantize(model, 4, widths={})``: the head at 4 bits too;
@@ -44,6 +50,12 @@ equal to float32's. Caveat: SmolLM2's float32 weights are the file's 4-bit weigh
 re-quantizing them with the same groups gives back (almost) the same grid (the share left
 unchanged is recorded as ``requantization_unchanged``), so its int4 rows measure the head's width,
 not rounding; the book GPT rows are the true float-to-int measurement.
+
+GPTQ's calibration: the int8 GPTQ row again with the first 1,024 and 16,384 training tokens
+(``CALIBRATION_SIZES``), perplexity change and teacher-forced agreement per size (the key
+``gptq_calibration``), and the seconds ``quantize`` took with calibration. The book GPT gets
+int8 and int4 GPTQ rows too (calibrated on its own tokenizer's training tokens, windows of its
+context).
 
 Sensitivity: each tensor group (``TENSOR_GROUPS``) alone at 4 bits, the rest int8, on both models:
 perplexity change and teacher-forced agreement against float32. Prefill: one forward pass over a
@@ -117,9 +129,20 @@ from transformer_lib.training import evaluate_lm  # noqa: E402
 from generate import TEXT, timed  # noqa: E402  (the same prompt and timer as the float32 benchmark)
 
 
+CALIBRATION_TOKENS = 4096  # GPTQ's calibration text: 16 windows of 256 (the GPT: 64 windows of 64)
+CALIBRATION_SIZES = (1024, 4096, 16384)
+
+
 def held_out_ids(encode, tokens: int) -> torch.Tensor:
     _, val = split_paragraphs(load_corpus())
     return torch.tensor(encode(val)[:tokens], dtype=torch.long)
+
+
+def calibration_ids(encode, tokens: int, context: int) -> torch.Tensor:
+    """GPTQ's calibration: the first ``tokens`` of the book's training prose (never the held-out
+    text the quality is read on), as (tokens / context, context) windows."""
+    train, _ = split_paragraphs(load_corpus())
+    return torch.tensor(encode(train)[:tokens], dtype=torch.long).view(-1, context)
 
 
 @torch.no_grad()
@@ -275,6 +298,8 @@ def llama_cpp_reference(path: Path, ours: dict, ids: torch.Tensor, context: int,
                       "llama.cpp Q8_0 vs ours float32": agree(q8[1], ours["float32"][1]),
                       "ours int8 vs ours float32": agree(ours["int8"][1], ours["float32"][1]),
                       "ours int8 x8 vs ours float32": agree(ours["int8 x8"][1], ours["float32"][1]),
+                      **({"ours int8 GPTQ vs ours float32": agree(ours["int8 GPTQ"][1], ours["float32"][1])}
+                         if "int8 GPTQ" in ours else {}),
                       "ours int8 vs llama.cpp Q8_0": agree(ours["int8"][1], q8[1]),
                       "ours int8 x8 vs llama.cpp Q8_0": agree(ours["int8 x8"][1], q8[1])},
         "margin_thresholds_nats": list(MARGINS),
@@ -283,6 +308,8 @@ def llama_cpp_reference(path: Path, ours: dict, ids: torch.Tensor, context: int,
                                   "llama.cpp F32": round(float(f32[2].median()), 4)},
         "flips": {"ours int8 vs ours float32": flips(ours["int8"][1], ours["float32"][1], ours["float32"][2]),
                   "ours int8 x8 vs ours float32": flips(ours["int8 x8"][1], ours["float32"][1], ours["float32"][2]),
+                  **({"ours int8 GPTQ vs ours float32": flips(ours["int8 GPTQ"][1], ours["float32"][1],
+                                                              ours["float32"][2])} if "int8 GPTQ" in ours else {}),
                   "llama.cpp Q8_0 vs llama.cpp F32": flips(q8[1], f32[1], f32[2])},
         "date": time.strftime("%Y-%m-%d"), "load_1min": round(os.getloadavg()[0], 2)}
 
@@ -382,7 +409,11 @@ def main() -> None:
     encode = lambda s: dense.tokenizer.encode(s).ids  # noqa: E731
     prompt = encode(TEXT * 4)[:prompt_len]
     file_mixture = gguf_widths()  # the packaged file's own widths per tensor group: the default mixture
-    models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8),
+    calib = calibration_ids(encode, CALIBRATION_TOKENS, context)
+    started = time.perf_counter()
+    int8_gptq = quantize(copy.deepcopy(dense.model), 8, calibration=calib)
+    gptq_seconds = time.perf_counter() - started
+    models = {"float32": dense.model, "int8": quantize(copy.deepcopy(dense.model), 8), "int8 GPTQ": int8_gptq,
               "int4": quantize(copy.deepcopy(dense.model), 4),  # the default mixture: embedding/head at 8 bits
               "int4 uniform": quantize(copy.deepcopy(dense.model), 4, widths={}),  # the head at 4 bits too
               "int4 (file)": load_smollm2_quantized("cpu").model,
@@ -461,9 +492,23 @@ def main() -> None:
     gpt, gpt_tok, _ = load_gpt_checkpoint()
     gpt_ids = torch.tensor(gpt_tok.encode(split_paragraphs(load_corpus())[1]), dtype=torch.long)
     gpt_ctx = min(128, gpt.pos.max_len if hasattr(gpt, "pos") and hasattr(gpt.pos, "max_len") else 128)
+    gpt_calib = calibration_ids(gpt_tok.encode, CALIBRATION_TOKENS, gpt_ctx)
     gpt_models = {"float32": lambda g: g, "int8": lambda g: quantize(g, 8), "int4": lambda g: quantize(g, 4),
-                  "int4 uniform": lambda g: quantize(g, 4, widths={})}
+                  "int4 uniform": lambda g: quantize(g, 4, widths={}),
+                  "int8 GPTQ": lambda g: quantize(g, 8, calibration=gpt_calib),
+                  "int4 GPTQ": lambda g: quantize(g, 4, calibration=gpt_calib)}
     gpt_q = {name: quality(make(load_gpt_checkpoint()[0]), gpt_ids, gpt_ctx) for name, make in gpt_models.items()}
+
+    # GPTQ's calibration size: the int8 GPTQ row with less and more training text
+    by_size = {}
+    for n in CALIBRATION_SIZES:
+        p, c, _ = read["int8 GPTQ"] if n == CALIBRATION_TOKENS else quality(
+            quantize(copy.deepcopy(dense.model), 8, calibration=calibration_ids(encode, n, context)), ids, context)
+        by_size[str(n)] = {"perplexity_change_pct": round(100 * (p / ppl["float32"] - 1), 3),
+                           "teacher_forced_agreement": round(float((c == choice["float32"]).float().mean()), 4)}
+    gptq_calibration = {"text": "the book's training prose (the held-out text is its validation prose)",
+                        "tokens": CALIBRATION_TOKENS, "windows_of": context, "seconds": round(gptq_seconds, 1),
+                        "int8_by_tokens": by_size}
 
     # sensitivity: every tensor group at 8 bits except one at 4, per group, on both models
     def sensitivity(load, ids_, ctx, reference):
@@ -517,6 +562,9 @@ def main() -> None:
     for r in gpt_rows:
         print(f"{r['weights']:<22}{'':>34}{r['perplexity']:>9.3f}{r['perplexity_change_pct']:>+8.2f}"
               f"{r['teacher_forced_agreement']:>8.3f}")
+    print(f"# int8 GPTQ by calibration tokens (quantize took {gptq_seconds:.0f} s with {CALIBRATION_TOKENS}): "
+          + ", ".join(f"{n}: {v['perplexity_change_pct']:+.2f}% {v['teacher_forced_agreement']:.3f}"
+                      for n, v in by_size.items()))
     print("# sensitivity: everything int8 except one tensor group at 4 bits (perplexity change %, forced agreement)")
     for model_name, per in sens.items():
         print(f"{model_name:<10}" + "".join(f"{g:>12}{v['perplexity_change_pct']:>+7.2f}{v['teacher_forced_agreement']:>7.3f}"
@@ -539,9 +587,11 @@ def main() -> None:
     targets = {"int8_speedup": tok_s[best8] / base, "int4_speedup": tok_s[best4] / base,
                "int4_fused_over_modules": tok_s["int4 (file)"] / tok_s["int4 (file) modules"],
                "int8_weight_only_speedup": tok_s["int8"] / base, "int4_weight_only_speedup": tok_s["int4 (file)"] / base,
-               "int8_perplexity_change_pct": 100 * (ppl["int8"] / ppl["float32"] - 1),
+               "int8_perplexity_change_pct": 100 * (ppl["int8 GPTQ"] / ppl["float32"] - 1),
+               "int8_nearest_perplexity_change_pct": 100 * (ppl["int8"] / ppl["float32"] - 1),
                "int4_perplexity_change_pct": 100 * (ppl["int4"] / ppl["float32"] - 1),
-               "int8_teacher_forced_agreement": forced["int8"], "int4_teacher_forced_agreement": forced["int4"],
+               "int8_teacher_forced_agreement": forced["int8 GPTQ"], "int4_teacher_forced_agreement": forced["int4"],
+               "int8_nearest_teacher_forced_agreement": forced["int8"],
                "int8_x8_perplexity_change_pct": 100 * (ppl["int8 x8"] / ppl["float32"] - 1),
                "int8_x8_teacher_forced_agreement": forced["int8 x8"],
                "int4_over_float32_prefill_min": min(prefill_by_length[best4][str(L)] /
@@ -554,7 +604,7 @@ def main() -> None:
     print("targets: int8 >= 2x: {:.2f}x ({}); int4 >= 3x: {:.2f}x ({}); llama.cpp / int4 <= 1.2: {}".format(
         targets["int8_speedup"], best8, targets["int4_speedup"], best4,
         f"{targets['llama_cpp_over_int4']:.2f}" if "llama_cpp_over_int4" in targets else "n/a"))
-    print("targets: perplexity change int8 {:+.2f}% (<= +0.5), int4 {:+.2f}% (<= +1.5); teacher-forced agreement "
+    print("targets (int8: GPTQ): perplexity change int8 {:+.2f}% (<= +0.5), int4 {:+.2f}% (<= +1.5); teacher-forced agreement "
           "int8 {:.3f} (>= 0.98), int4 {:.3f} (>= 0.95); int4 / float32 prefill, worst length {:.2f} ({}; >= 1)".format(
               targets["int8_perplexity_change_pct"], targets["int4_perplexity_change_pct"],
               targets["int8_teacher_forced_agreement"], targets["int4_teacher_forced_agreement"],
@@ -571,6 +621,7 @@ def main() -> None:
                         "kernel_paths": {a: list(p) for a, p in paths.items()},
                         "decoding_path": {"float32 x": decoding_path["float32"], "int8 x": decoding_path["int8"]},
                         "perplexity_tokens": len(ids), "perplexity_context": context,
+                        "calibration_tokens": CALIBRATION_TOKENS,
                         "gpt_perplexity_tokens": len(gpt_ids), "gpt_perplexity_context": gpt_ctx},
             "rows": rows, "book_gpt_rows": gpt_rows,
             "head_gemv": {k: {kk: round(vv, 3) for kk, vv in v.items()} for k, v in gemv.items()},
@@ -578,6 +629,7 @@ def main() -> None:
             "prefill_tokens": 256, "prefill_tokens_per_s": {k: round(v, 1) for k, v in prefill.items()},
             "prefill_by_length": prefill_by_length, "file_mixture": file_mixture,
             "requantization_unchanged": round(unchanged, 4), "sensitivity": sens,
+            "gptq_calibration": gptq_calibration,
             "load_1min_before": load_before, "targets": {k: round(v, 4) for k, v in targets.items()},
             **({"llama_cpp_reference": ref} if ref is not None else {})})
 

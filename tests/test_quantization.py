@@ -641,6 +641,45 @@ def test_quantize_bad_widths_name_themselves():
         assert not any(isinstance(m, QuantizedLinear) for m in model.modules())
 
 
+@pytest.mark.parametrize("bits,widths,most", [(8, None, 0.95), (4, None, 0.6)])
+def test_quantize_with_calibration_runs_gptq(bits, widths, most):
+    """``calibration`` makes quantize round by GPTQ: the book's trained GPT, calibrated on its
+    training prose, reads held-out prose with logits closer to float32's than nearest rounding's
+    (the quantized model through the kernels: measured error ratios 0.89 at 8 bits and 0.46 at 4,
+    so ``most`` leaves room for rounding noise, not for a GPTQ that does nothing); the same
+    formats; the tied head (also the embedding) keeps its nearest codes; a bad ``calibration``
+    replaces nothing."""
+    import copy
+
+    from transformer_lib.data import load_corpus, load_gpt_checkpoint, split_paragraphs
+    from transformer_lib.quantization import gptq_blocks, input_hessians
+
+    gpt, tok, _ = load_gpt_checkpoint()
+    train, val = split_paragraphs(load_corpus())
+    calibration = torch.tensor(tok.encode(train)[:4096]).view(-1, 64)
+    held_out = torch.tensor(tok.encode(val)[:2048]).view(-1, 64)
+    hessians = input_hessians(gpt, calibration)
+    with torch.no_grad():
+        ref = gpt(held_out)
+        nearest = quantize(copy.deepcopy(gpt), bits, widths=widths)
+        ours = quantize(copy.deepcopy(gpt), bits, widths=widths, calibration=calibration)
+
+        def error(model):
+            return float((model(held_out) - ref).pow(2).sum() / ref.pow(2).sum())
+
+        assert error(ours) < most * error(nearest), (error(ours), error(nearest))
+    layers = {n: m for n, m in ours.named_modules() if isinstance(m, QuantizedLinear)}
+    near = {n: m for n, m in nearest.named_modules() if isinstance(m, QuantizedLinear)}
+    assert {n: m.fmt for n, m in layers.items()} == {n: m.fmt for n, m in near.items()}
+    assert torch.equal(ours.embed.head.blocks, nearest.embed.head.blocks)  # the tied head: nearest
+    name = "blocks.0.ffn.linear2"
+    assert torch.equal(layers[name].blocks, gptq_blocks(gpt.get_submodule(name).weight, hessians[name], bits))
+    bad = copy.deepcopy(gpt)
+    with pytest.raises(ValueError, match="calibration"):
+        quantize(bad, bits, calibration=calibration.float())
+    assert not any(isinstance(m, QuantizedLinear) for m in bad.modules())
+
+
 def test_quantize_keeps_other_models_classes():
     model = _small_lm()
     assert type(quantize(model, 4)) is DecoderOnlyLM

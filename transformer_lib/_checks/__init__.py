@@ -20,7 +20,7 @@ from .kv_cache import check_cache_sizes, check_new_cache, check_cache_update, ch
 from .cost import check_sizes, check_lengths, check_heads_divide, check_levels, check_trees, check_rho_sigma2  # noqa: F401
 from .profiling import check_device, check_timing  # noqa: F401
 from .distributed import check_distributed_run, check_parallel_split, check_pipeline  # noqa: F401
-from .quantization import check_quantization_args, check_matvec_input, check_activations, check_matmul_args, check_quantized_linear_args, check_widths, check_max_path, check_kernel_path  # noqa: F401
+from .quantization import check_quantization_args, check_matvec_input, check_activations, check_matmul_args, check_quantized_linear_args, check_widths, check_max_path, check_kernel_path, check_calibration, check_hessian  # noqa: F401
 from .sampling import check_temperature, check_strategy, check_seed, check_decoder_ids, check_prompt_rows, check_fits, check_strategies, check_continuations  # noqa: F401
 from .training import check_schedule, check_lm_logits, check_loss, check_token_stream, check_windows, check_trainable  # noqa: F401
 from .tasks import check_task_vocab, check_src_target, check_one_token, check_equal_lengths  # noqa: F401

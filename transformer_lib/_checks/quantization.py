@@ -113,3 +113,34 @@ def check_kernel_path(path, group_size: int, paths, offered) -> None:
         raise ValueError(f"path={path!r} does not run here: this CPU offers {offered or 'no compiled kernel'}")
     if path != "portable" and group_size % 32:
         raise ValueError(f"path={path!r} needs a group_size that is a multiple of 32, got {group_size}")
+
+
+def check_calibration(calibration) -> torch.Tensor:
+    """GPTQ's calibration text: token ids, an integer tensor (B, L) or (L,) with at least one id;
+    returned as (B, L)."""
+    from .tokens import check_token_ids
+
+    if isinstance(calibration, torch.Tensor) and calibration.dim() == 1:
+        calibration = calibration[None]  # (L,) -> (1, L)
+    check_token_ids(calibration, None, "calibration")
+    if calibration.numel() == 0:
+        raise ValueError("calibration must hold at least one token id, got an empty tensor")
+    return calibration
+
+
+def check_hessian(hessian, in_features: int, damp) -> torch.Tensor:
+    """GPTQ's ``hessian``: a finite float (K, K) tensor, K the layer's in_features, symmetric with a
+    diagonal >= 0 (a sum of outer products x x^T); ``damp`` a float > 0. Returns ``hessian``."""
+    if not isinstance(hessian, torch.Tensor) or not hessian.is_floating_point() \
+            or tuple(hessian.shape) != (in_features, in_features):
+        got = f"{hessian.dtype} {tuple(hessian.shape)}" if isinstance(hessian, torch.Tensor) else type(hessian).__name__
+        raise ValueError(f"hessian must be a float tensor ({in_features}, {in_features}) (in_features squared), "
+                         f"got {got}")
+    if not bool(torch.isfinite(hessian).all()):
+        raise ValueError("hessian must be finite (no NaN or inf)")
+    h = hessian.double()
+    if bool((h.diagonal() < 0).any()) or not torch.allclose(h, h.T, rtol=1e-6, atol=1e-9 * float(h.abs().max())):
+        raise ValueError("hessian must be symmetric with a diagonal >= 0, as a sum of outer products x x^T is")
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp > 0 or damp != damp:
+        raise ValueError(f"damp must be a number > 0 (a share of the mean diagonal added to it), got {damp!r}")
+    return hessian

@@ -3,6 +3,9 @@ with its GGUF file's own 4-bit blocks.
 
 - :mod:`.formats`: absmax int8 (q8_0) and group-wise asymmetric int4 (q4_1), from scratch, and
   ``round_trip`` to measure the error of any width and granularity.
+- :mod:`.gptq`: GPTQ, rounding that sees the data: ``gptq_codes`` picks a layer's codes against the
+  sum of its inputs' outer products (``input_hessians``), so that its outputs, not its weights, stay
+  close to float's; ``quantize(model, bits, calibration=ids)`` uses it, in the same formats.
 - :mod:`.kernels`: the weight-only matrix-vector product, readable (``matvec_reference``) and
   compiled (``matvec``: C++, AVX-512 or AVX2 code paths chosen when it runs (``kernel_paths``),
   threads with ``at::parallel_for``), and ``matmul`` for prefill (tiles decoded once, then BLAS;
@@ -18,6 +21,7 @@ with its GGUF file's own 4-bit blocks.
 """
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
+from .gptq import gptq_blocks, gptq_codes, input_hessians, output_error
 from .fused import FusedDecodeStep, decode_step_reference, fuse_rows
 from .gguf_blocks import gguf_widths, load_smollm2_quantized, read_gguf_blocks
 from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matmul, matvec, matvec_reference,
@@ -33,4 +37,4 @@ __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize
            "QuantizedEmbedding", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
            "tensor_group", "gguf_widths", "load_smollm2_quantized",
            "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
-           "fuse_rows"]
+           "fuse_rows", "gptq_codes", "gptq_blocks", "input_hessians", "output_error"]

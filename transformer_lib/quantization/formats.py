@@ -19,8 +19,10 @@ row, so a row of W is ``K / group_size`` blocks (chapter 19 reads them byte by b
     q8_0 block: d (float16, 2 bytes) | q_0 .. q_{gs-1} (int8, gs bytes)
     q4_1 block: d (float16) | m (float16) | gs/2 bytes, byte j = q_j (low 4 bits) + 16 q_{j+gs/2} (high 4 bits)
 
-:func:`quantize_blocks` and :func:`dequantize_blocks` turn float32 (N, K) into those bytes and
-back; :func:`round_trip` is the teaching version for any bit width and granularity (per tensor,
+:func:`group_scale` and :func:`group_codes` are the two steps of rounding one group (its scale
+from its weights, then each weight's code), shared with GPTQ (:mod:`.gptq`), which rounds a
+column at a time. :func:`quantize_blocks` and :func:`dequantize_blocks` turn float32 (N, K) into
+those bytes and back; :func:`round_trip` is the teaching version for any bit width and granularity (per tensor,
 per output channel, per group), returning the dequantized weights so their error can be measured.
 """
 from __future__ import annotations
@@ -29,8 +31,8 @@ import torch
 
 from .._checks import check_quantization_args
 
-__all__ = ["FORMATS", "bytes_per_block", "absmax_int8", "minmax_int4", "pack_q8_0", "pack_q4_1",
-           "quantize_blocks", "dequantize_blocks", "round_trip"]
+__all__ = ["FORMATS", "bytes_per_block", "group_scale", "group_codes", "absmax_int8", "minmax_int4", "pack_q8_0",
+           "pack_q4_1", "pack_codes", "quantize_blocks", "dequantize_blocks", "round_trip"]
 
 # bits -> llama.cpp's name for the block format this module writes
 FORMATS = {8: "q8_0", 4: "q4_1"}
@@ -46,15 +48,33 @@ def _groups(w: torch.Tensor, group_size: int) -> torch.Tensor:
     return w.float().reshape(N, K // group_size, group_size)  # (N, K) -> (N, G, gs)
 
 
+def group_scale(g: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A group's float16 scale d (and minimum m; None for int8) from its weights ``g`` (..., gs):
+    ``d = max|w| / 127`` for 8 bits, ``d = (max w - min w) / 15, m = min w`` for 4."""
+    if bits == 8:
+        return (g.abs().amax(-1) / 127).half(), None
+    lo, hi = g.amin(-1), g.amax(-1)
+    return ((hi - lo) / 15).half(), lo.half()
+
+
+def group_codes(g: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
+    """The codes of weights ``g`` (..., n) on the grid of scale ``d`` (and minimum ``m``), both
+    (...): int8 in -127..127 when ``m`` is None, else uint8 in 0..15. The scale is the float16 one
+    that is stored, so the codes are the best ones for it; a zero scale (an all-zero or constant
+    group) gives code 0."""
+    inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))[..., None]  # (..., 1)
+    if m is None:
+        return (g * inv).round().clamp(-127, 127).to(torch.int8)
+    return ((g - m.float()[..., None]) * inv).round().clamp(0, 15).to(torch.uint8)
+
+
 def absmax_int8(w: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per group: ``(q, d)`` with q (N, K) int8 and d (N, K / group_size) float16,
     ``w ~ d q``. The scale is rounded to float16 *before* the codes are chosen, so that the codes
     are the best ones for the scale that is actually stored."""
     g = _groups(w, group_size)  # (N, G, gs)
-    d = (g.abs().amax(-1) / 127).half()  # (N, G)
-    inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))  # an all-zero group: q = 0
-    q = (g * inv[..., None]).round().clamp(-127, 127).to(torch.int8)  # (N, G, gs)
-    return q.reshape(w.shape), d
+    d, _ = group_scale(g, 8)  # (N, G)
+    return group_codes(g, d, None).reshape(w.shape), d
 
 
 def minmax_int4(w: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -62,11 +82,8 @@ def minmax_int4(w: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, to
     (N, K / group_size) float16, ``w ~ d q + m``. Like llama.cpp's Q4_1 the group's minimum is
     the zero point, so the smallest weight of each group is stored (almost) exactly."""
     g = _groups(w, group_size)  # (N, G, gs)
-    lo, hi = g.amin(-1), g.amax(-1)  # (N, G)
-    d, m = ((hi - lo) / 15).half(), lo.half()
-    inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(lo))  # a constant group: q = 0, w = m
-    q = ((g - m.float()[..., None]) * inv[..., None]).round().clamp(0, 15).to(torch.uint8)  # (N, G, gs)
-    return q.reshape(w.shape), d, m
+    d, m = group_scale(g, 4)  # (N, G) each
+    return group_codes(g, d, m).reshape(w.shape), d, m
 
 
 def _half_bytes(x: torch.Tensor) -> torch.Tensor:
@@ -89,12 +106,17 @@ def pack_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor
     return torch.cat([_half_bytes(d), _half_bytes(m), nibbles], dim=-1).reshape(N, -1)
 
 
+def pack_codes(codes: tuple) -> torch.Tensor:
+    """``(q, d)`` of :func:`absmax_int8` -> q8_0 blocks; ``(q, d, m)`` of :func:`minmax_int4` -> q4_1."""
+    return pack_q8_0(*codes) if len(codes) == 2 else pack_q4_1(*codes)
+
+
 def quantize_blocks(w: torch.Tensor, bits: int, group_size: int = 32) -> torch.Tensor:
-    """Float weights (N, K) -> the blocks of :data:`FORMATS`\\ [bits] (uint8, one row of blocks per row of W)."""
+    """Float weights (N, K) -> the blocks of :data:`FORMATS`\\ [bits] (uint8, one row of blocks per
+    row of W), each weight rounded to its nearest code (:func:`~.gptq.gptq_blocks` chooses them
+    with the layer's inputs in view)."""
     check_quantization_args(w, bits, group_size)
-    if bits == 8:
-        return pack_q8_0(*absmax_int8(w, group_size))
-    return pack_q4_1(*minmax_int4(w, group_size))
+    return pack_codes(absmax_int8(w, group_size) if bits == 8 else minmax_int4(w, group_size))
 
 
 def dequantize_blocks(blocks: torch.Tensor, fmt: str, group_size: int = 32) -> torch.Tensor:

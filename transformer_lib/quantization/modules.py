@@ -26,6 +26,7 @@ import torch.nn as nn
 from .._checks import check_matvec_input, check_quantization_args
 from .._checks.quantization import check_activations, check_quantized_linear_args, check_widths
 from .formats import FORMATS, dequantize_blocks, quantize_blocks
+from .gptq import gptq_blocks, input_hessians
 from .fused import FusedDecodeStep
 from .kernels import matmul, matvec, vnni_available
 from ..model import DecoderOnlyLM
@@ -59,18 +60,22 @@ class QuantizedLinear(nn.Module):
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bits: int, group_size: int = 32,
-                    bias: torch.Tensor | None = None, activations: str = "float32") -> "QuantizedLinear":
-        """A float (out, in) weight quantized (:func:`~.formats.quantize_blocks`); the bias stays float32."""
+                    bias: torch.Tensor | None = None, activations: str = "float32",
+                    hessian: torch.Tensor | None = None) -> "QuantizedLinear":
+        """A float (out, in) weight quantized, each weight to its nearest code
+        (:func:`~.formats.quantize_blocks`), or by GPTQ when the layer's input ``hessian`` is given
+        (:func:`~.gptq.gptq_blocks`); the bias stays float32."""
         w = weight.detach()
-        blocks = quantize_blocks(w.cpu(), bits, group_size).to(w.device)
+        blocks = (quantize_blocks(w.cpu(), bits, group_size) if hessian is None
+                  else gptq_blocks(w.cpu(), hessian.cpu(), bits, group_size)).to(w.device)
         bias = None if bias is None else bias.detach().float().clone()
         return cls(blocks, FORMATS[bits], w.shape[1], group_size, bias, activations)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, bits: int, group_size: int = 32,
-                    activations: str = "float32") -> "QuantizedLinear":
+                    activations: str = "float32", hessian: torch.Tensor | None = None) -> "QuantizedLinear":
         """An ``nn.Linear`` quantized: see :meth:`from_weight`."""
-        return cls.from_weight(linear.weight, bits, group_size, linear.bias, activations)
+        return cls.from_weight(linear.weight, bits, group_size, linear.bias, activations, hessian)
 
     def dequantized_weight(self) -> torch.Tensor:
         """W as float32 (out, in), decoded from the blocks (for prefill, tests and plots)."""
@@ -133,7 +138,7 @@ def tensor_group(name: str) -> str:
 
 
 def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str = "float32",
-             widths: dict[str, int] | None = None) -> nn.Module:
+             widths: dict[str, int] | None = None, calibration: torch.Tensor | None = None) -> nn.Module:
     """Replace ``model``'s linear layers by :class:`QuantizedLinear` with ``bits`` 8 (absmax, q8_0)
     or 4 (asymmetric, q4_1), in place, and return the model.
 
@@ -145,7 +150,13 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     The embedding is quantized too when it is tied to the output head, a linear layer sharing its
     weight (``DecoderOnlyLM``). Untied embeddings, norms and biases stay float32. Layers whose input width ``group_size`` does not divide raise a ValueError before
     anything is replaced, as do unknown names in ``widths``. ``activations``: see
-    :class:`QuantizedLinear` ('float32', weight-only, or 'int8'). A
+    :class:`QuantizedLinear` ('float32', weight-only, or 'int8').
+
+    ``calibration``: token ids (B, L) or (L,) of text the model reads first, in float32; then each
+    linear layer is rounded by GPTQ (:mod:`.gptq`) against its inputs on that text instead of to the
+    nearest codes, in the same format. A head tied to the embedding stays rounded to nearest: its
+    weights are the embedding's rows too, which GPTQ's objective (the head's outputs) does not
+    see. A
     :class:`~transformer_lib.model.DecoderOnlyLM` also gets the fused one-token decoding step as
     its ``decode_step`` (:class:`~.fused.FusedDecodeStep`; it runs for Llama's configuration)."""
     check_activations(activations)
@@ -163,6 +174,8 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     def width(name: str, group: str) -> int:
         return widths.get(name, widths.get(group, bits))
 
+    gptq_layers = [n for n in linears if n not in tied.values()]
+    hessians = {} if calibration is None else input_hessians(model, calibration, gptq_layers)
     shared: dict[str, QuantizedLinear] = {}
     for e_name, head_name in tied.items():
         emb, b = embeddings[e_name], width(e_name, "embedding")
@@ -173,7 +186,8 @@ def quantize(model: nn.Module, bits: int, group_size: int = 32, activations: str
     for name, m in linears.items():
         parent, child = _parent(model, name)
         setattr(parent, child, shared.get(name) or
-                QuantizedLinear.from_linear(m, width(name, tensor_group(name)), group_size, activations))
+                QuantizedLinear.from_linear(m, width(name, tensor_group(name)), group_size, activations,
+                                            hessians.get(name)))
     if isinstance(model, DecoderOnlyLM):  # offered each cached one-token step; runs when the configuration fits
         model.decode_step = FusedDecodeStep()
     return model
