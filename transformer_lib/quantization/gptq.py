@@ -87,8 +87,9 @@ def gptq_blocks(w: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: i
 def input_hessians(model: nn.Module, calibration: torch.Tensor, names=None) -> dict[str, torch.Tensor]:
     """``{layer name: H = X^T X}`` (K, K) float64 for ``model``'s linear layers (or those in
     ``names``), X every input row the layer reads while the float model reads ``calibration``, token
-    ids (B, L) or (L,), one row at a time, in eval mode. Layers that read the very same tensor
-    (q, k and v; gate and up) share one H, computed once."""
+    ids (B, L) or (L,), one row at a time, in eval mode, on the model's device (the sums on the CPU,
+    in float64). Layers that read the very same tensor (q, k and v; gate and up) share one H,
+    computed once."""
     calibration = check_calibration(calibration)  # (B, L)
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and (names is None or n in names)}
     hessians: dict[str, torch.Tensor] = {}
@@ -100,7 +101,7 @@ def input_hessians(model: nn.Module, calibration: torch.Tensor, names=None) -> d
             if x is last["x"]:  # the same tensor as the layer before: the same H
                 hessians[name] = last["H"]
                 return
-            rows = x.detach().reshape(-1, x.shape[-1]).double()  # (B * L, K)
+            rows = x.detach().reshape(-1, x.shape[-1]).to("cpu", torch.float64)  # (B * L, K); MPS has no float64
             if name not in hessians:
                 hessians[name] = torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64)
             hessians[name] += rows.T @ rows
