@@ -75,6 +75,24 @@ def test_uncorrelated_inputs_give_nearest_codes(rows, groups, bits, seed):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
+def test_inputs_that_never_fire(bits):
+    """A layer whose inputs were all zero on the calibration text (H = 0: no damping can make it
+    invertible) gets its nearest codes; an input that alone never fired leaves its column's weights
+    unmoved, so its codes are the nearest ones on the group's stored grid."""
+    w = torch.randn(6, 64, generator=torch.Generator().manual_seed(3)) * 0.05
+    nearest = absmax_int8(w) if bits == 8 else minmax_int4(w)
+    for ours, want in zip(gptq_codes(w, torch.zeros(64, 64), bits), nearest):
+        assert torch.equal(ours, want)
+    x = _correlated(256, 64, seed=4)
+    x[:, 37] = 0
+    codes = gptq_codes(w, x.double().T @ x.double(), bits)
+    d = codes[1][:, 1].float()  # column 37 is in the second group of 32
+    low = 0 if bits == 8 else codes[2][:, 1].float()
+    lo, hi = (-127, 127) if bits == 8 else (0, 15)
+    assert torch.equal(codes[0][:, 37].float(), ((w[:, 37] - low) / d).round().clamp(lo, hi))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_lower_output_error_than_nearest_rounding(bits, seed):
     """On correlated inputs GPTQ's outputs are closer to float's than nearest rounding's, on the
