@@ -169,6 +169,18 @@ def quality(model, ids: torch.Tensor, context: int) -> tuple[float, torch.Tensor
     return math.exp(sum(losses) / n), torch.cat(choices), torch.cat(margins)
 
 
+def agreement(choices: torch.Tensor, reference: torch.Tensor) -> float:
+    """Share of positions where two models chose the same next token (4 decimals)."""
+    return round(float((choices == reference).float().mean()), 4)
+
+
+def versus(reading: tuple, reference: tuple) -> dict:
+    """A model's ``quality`` reading beside the float32 one's: its perplexity, the change, and its
+    teacher-forced agreement (the columns of every quality table here)."""
+    return {"perplexity": round(reading[0], 4), "perplexity_change_pct": round(100 * (reading[0] / reference[0] - 1), 3),
+            "teacher_forced_agreement": agreement(reading[1], reference[1])}
+
+
 def requantization_unchanged(dense, requantized) -> float:
     """Share of SmolLM2's 4-bit body weights that re-quantizing their float32 decoding leaves exactly
     as they were: the file's grid is reproduced, so those layers measure nothing about rounding."""
@@ -274,9 +286,6 @@ def llama_cpp_reference(path: Path, ours: dict, ids: torch.Tensor, context: int,
     llama = {name: (math.exp(statistics.fmean(r["window_loss"])), torch.tensor(r["argmax"]),
                     torch.tensor(r["margin"], dtype=torch.float64)) for name, r in got.items()}
 
-    def agree(a, b) -> float:
-        return round(float((a == b).float().mean()), 4)
-
     def near_ties(margin: torch.Tensor) -> dict:
         return {str(t): round(float((margin < t).float().mean()), 4) if len(margin) else None for t in MARGINS}
 
@@ -293,15 +302,15 @@ def llama_cpp_reference(path: Path, ours: dict, ids: torch.Tensor, context: int,
         "tensor_types": {name: r["tensor_types"] for name, r in got.items()},
         "perplexity": {"llama.cpp F32": round(f32[0], 4), "llama.cpp Q8_0": round(q8[0], 4),
                        **{f"ours {name}": round(r[0], 4) for name, r in ours.items()}},
-        "agreement": {"llama.cpp Q8_0 vs llama.cpp F32": agree(q8[1], f32[1]),
-                      "llama.cpp F32 vs ours float32": agree(f32[1], ours["float32"][1]),
-                      "llama.cpp Q8_0 vs ours float32": agree(q8[1], ours["float32"][1]),
-                      "ours int8 vs ours float32": agree(ours["int8"][1], ours["float32"][1]),
-                      "ours int8 x8 vs ours float32": agree(ours["int8 x8"][1], ours["float32"][1]),
-                      **({"ours int8 GPTQ vs ours float32": agree(ours["int8 GPTQ"][1], ours["float32"][1])}
+        "agreement": {"llama.cpp Q8_0 vs llama.cpp F32": agreement(q8[1], f32[1]),
+                      "llama.cpp F32 vs ours float32": agreement(f32[1], ours["float32"][1]),
+                      "llama.cpp Q8_0 vs ours float32": agreement(q8[1], ours["float32"][1]),
+                      "ours int8 vs ours float32": agreement(ours["int8"][1], ours["float32"][1]),
+                      "ours int8 x8 vs ours float32": agreement(ours["int8 x8"][1], ours["float32"][1]),
+                      **({"ours int8 GPTQ vs ours float32": agreement(ours["int8 GPTQ"][1], ours["float32"][1])}
                          if "int8 GPTQ" in ours else {}),
-                      "ours int8 vs llama.cpp Q8_0": agree(ours["int8"][1], q8[1]),
-                      "ours int8 x8 vs llama.cpp Q8_0": agree(ours["int8 x8"][1], q8[1])},
+                      "ours int8 vs llama.cpp Q8_0": agreement(ours["int8"][1], q8[1]),
+                      "ours int8 x8 vs llama.cpp Q8_0": agreement(ours["int8 x8"][1], q8[1])},
         "margin_thresholds_nats": list(MARGINS),
         "float32_share_with_margin_below": {"ours": near_ties(ours["float32"][2]), "llama.cpp F32": near_ties(f32[2])},
         "float32_median_margin": {"ours": round(float(ours["float32"][2].median()), 4),
@@ -502,10 +511,9 @@ def main() -> None:
     # GPTQ's calibration size: the int8 GPTQ row with less and more training text
     by_size = {}
     for n in CALIBRATION_SIZES:
-        p, c, _ = read["int8 GPTQ"] if n == CALIBRATION_TOKENS else quality(
-            quantize(copy.deepcopy(dense.model), 8, calibration=calibration_ids(encode, n, context)), ids, context)
-        by_size[str(n)] = {"perplexity_change_pct": round(100 * (p / ppl["float32"] - 1), 3),
-                           "teacher_forced_agreement": round(float((c == choice["float32"]).float().mean()), 4)}
+        by_size[str(n)] = versus(read["int8 GPTQ"] if n == CALIBRATION_TOKENS else quality(
+            quantize(copy.deepcopy(dense.model), 8, calibration=calibration_ids(encode, n, context)), ids, context),
+            read["float32"])
     gptq_calibration = {"text": "the book's training prose (the held-out text is its validation prose)",
                         "tokens": CALIBRATION_TOKENS, "windows_of": context, "seconds": round(gptq_seconds, 1),
                         "int8_by_tokens": by_size}
@@ -513,21 +521,18 @@ def main() -> None:
     # sensitivity: every tensor group at 8 bits except one at 4, per group, on both models
     def sensitivity(load, ids_, ctx, reference):
         out = {}
-        ref_ppl, ref_choice = reference[:2]
         for group in TENSOR_GROUPS:
             model = load()
             names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
             present = {"embedding"} | {tensor_group(n) for n in names}  # groups that hold a layer
             if group not in present:
                 continue
-            p, c, _ = quality(quantize(model, 8, widths={group: 4}), ids_, ctx)
-            out[group] = {"perplexity": round(p, 4), "perplexity_change_pct": round(100 * (p / ref_ppl - 1), 3),
-                          "teacher_forced_agreement": round(float((c == ref_choice).float().mean()), 4)}
+            out[group] = versus(quality(quantize(model, 8, widths={group: 4}), ids_, ctx), reference)
             del model
         return out
 
     from transformer_lib.quantization import tensor_group
-    sens = {"SmolLM2": sensitivity(lambda: copy.deepcopy(dense.model), ids, context, (ppl["float32"], choice["float32"])),
+    sens = {"SmolLM2": sensitivity(lambda: copy.deepcopy(dense.model), ids, context, read["float32"]),
             "book GPT": sensitivity(lambda: load_gpt_checkpoint()[0], gpt_ids, gpt_ctx, gpt_q["float32"])}
 
     base = tok_s["float32"]
@@ -538,14 +543,9 @@ def main() -> None:
                "greedy_agreement": round(agree, 3)}
         if name in ppl:
             row["weight_MB"] = round(weight_bytes(models[name]) / 1e6, 1)
-            row["perplexity"] = round(ppl[name], 4)
-            row["perplexity_change_pct"] = round(100 * (ppl[name] / ppl["float32"] - 1), 3)
-            row["teacher_forced_agreement"] = round(forced[name], 4)
+            row.update(versus(read[name], read["float32"]))
         rows.append(row)
-    gpt_rows = [{"weights": k, "perplexity": round(p, 4),
-                 "perplexity_change_pct": round(100 * (p / gpt_q["float32"][0] - 1), 3),
-                 "teacher_forced_agreement": round(float((c == gpt_q["float32"][1]).float().mean()), 4)}
-                for k, (p, c, _) in gpt_q.items()]
+    gpt_rows = [{"weights": k, **versus(r, gpt_q["float32"])} for k, r in gpt_q.items()]
 
     print(f"# SmolLM2-135M, batch 1, greedy, {new_tokens} new tokens after {prompt_len}; {args.threads} threads; "
           f"transformers {tf_version or 'skipped'}; llama.cpp {llama_version or 'not installed (row skipped)'}")
