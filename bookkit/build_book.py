@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from .conventions import (BOOK, CHAPTER_SLUG, CHAPTER_STEM, CHAPTERS as CHAPTERS_SRC, EXERCISE, HIDE_INPUT,
+from .conventions import (BOOK, CHAPTER_SLUG, CLAIM, REMOVE_CELL, CHAPTER_STEM, CHAPTERS as CHAPTERS_SRC, EXERCISE, HIDE_INPUT,
                           RAISES_EXCEPTION, ROOT, SOLUTION, is_check_cell, tags_of)
 from .explainer.build import write_explainer
 
@@ -301,6 +301,8 @@ def book_notebook(nb: dict, existing: set[str], planned: set[str],
                     out["text"] = collapse_carriage_returns(out["text"])
                 described_image(out)
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if CLAIM in tags and REMOVE_CELL not in tags:
+                tags.append(REMOVE_CELL)      # a claim check guards the prose; the reader sees the prose
             if SOLUTION in tags:
                 if HIDE_INPUT not in tags:
                     tags.append(HIDE_INPUT)

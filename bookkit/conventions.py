@@ -21,7 +21,7 @@ from pathlib import Path
 
 __all__ = ["ROOT", "CHAPTERS", "BOOK", "CHAPTER_SLUG", "CHAPTER_STEM", "JUPYTEXT_FORMATS", "is_chapter",
            "chapter_files", "chapter_label", "is_appendix", "chapter_heading", "TAGS", "SOLUTION", "EXERCISE", "HIDE_INPUT", "REMOVE_INPUT", "REMOVE_CELL",
-           "NBVAL_IGNORE_OUTPUT", "RAISES_EXCEPTION", "tags_of", "CHECK_CALL", "VERDICT", "check_names",
+           "NBVAL_IGNORE_OUTPUT", "RAISES_EXCEPTION", "CLAIM", "tags_of", "CHECK_CALL", "VERDICT", "check_names",
            "is_check_cell", "KERNEL_NAME", "KERNELSPEC", "EXECUTION_DEFAULTS", "execute_notebook"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,9 @@ REMOVE_INPUT = "remove-input"                # show the output only
 REMOVE_CELL = "remove-cell"                  # set-up code that neither the book nor the slides show
 NBVAL_IGNORE_OUTPUT = "nbval-ignore-output"  # output varies (widgets, timings): nbval runs it, compares nothing
 RAISES_EXCEPTION = "raises-exception"        # the error is the point: expected by nbval and the book build
-TAGS = {SOLUTION, EXERCISE, HIDE_INPUT, REMOVE_INPUT, REMOVE_CELL, NBVAL_IGNORE_OUTPUT, RAISES_EXCEPTION}
+CLAIM = "claim"                              # checks a sentence of the prose (transformer_lib.evidence.claim):
+                                             # hidden in the book and slides, kept in every notebook copy
+TAGS = {SOLUTION, EXERCISE, HIDE_INPUT, REMOVE_INPUT, REMOVE_CELL, NBVAL_IGNORE_OUTPUT, RAISES_EXCEPTION, CLAIM}
 
 
 def tags_of(cell) -> list[str]:

@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conventions import (EXERCISE, HIDE_INPUT, REMOVE_CELL, REMOVE_INPUT, ROOT, SOLUTION, is_chapter,
+from .conventions import (CLAIM, EXERCISE, HIDE_INPUT, REMOVE_CELL, REMOVE_INPUT, ROOT, SOLUTION, is_chapter,
                           is_check_cell, tags_of)
 
 __all__ = ["notebook_to_slides", "build_decks", "ensure_assets", "REVEAL", "MATHJAX", "WIDTH", "HEIGHT"]
@@ -245,7 +245,7 @@ def notebook_to_slides(nb, title: str) -> list[str]:
             for i in range(0, len(equations), MAX_EQUATIONS):
                 slides.append(_slide(inline(section), "\n".join(render(e) for e in equations[i:i + MAX_EQUATIONS])))
             continue
-        if skip or SOLUTION in tags or EXERCISE in tags or is_check_cell(cell):
+        if skip or SOLUTION in tags or EXERCISE in tags or CLAIM in tags or is_check_cell(cell):
             continue
         for src, alt in _figures(cell):
             caption = f"<p class='caption'>{html.escape(alt)}</p>" if alt else ""
