@@ -29,6 +29,7 @@ successful build.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import html
 import hashlib
 import json
@@ -396,6 +397,30 @@ def prepare() -> list[str]:
 
 
 # -- 4. build ---------------------------------------------------------------------------------
+# The licences travel with every copy of the book: the site's root, the PDF (the page `licences`
+# includes them) and `make dist`'s bundle (bookkit/dist.py).
+LICENCE_FILES = ("LICENSE", "LICENSE-CONTENT.md", "THIRD-PARTY-NOTICES.md")
+
+
+def has_notice(static_path: str, notices: str | None = None) -> bool:
+    """True when a file of the built site's ``_static/`` (``static_path``, relative to it) is named
+    in THIRD-PARTY-NOTICES.md, by its path, its name, a pattern (``mystnb.*.css``) or its folder
+    (``vendor/fontawesome/``). tests/bookkit/test_book.py asks it of every file the build wrote."""
+    notices = notices if notices is not None else (ROOT / "THIRD-PARTY-NOTICES.md").read_text()
+    for token in re.findall(r"`([^`\s]+)`", notices):
+        token = token.removeprefix("_static/")
+        if token.endswith("/") and static_path.startswith(token):
+            return True
+        if fnmatch.fnmatch(static_path, token) or fnmatch.fnmatch(Path(static_path).name, token):
+            return True
+    return False
+
+
+def copy_licences(out_dir: Path) -> None:
+    for name in LICENCE_FILES:
+        shutil.copyfile(ROOT / name, Path(out_dir) / (name + ".txt" if name == "LICENSE" else name))
+
+
 def inputs_digest() -> str:
     """What the build depends on: the chapters' notebooks, every source file under book/ and this
     package (the build's own code)."""
@@ -403,7 +428,8 @@ def inputs_digest() -> str:
     generated = {CHAPTERS_DST, BOOK / "_build", BOOK / "_assets" / "node_modules", BOOK / "_assets" / "vendor"}
     files = sorted(CHAPTERS_SRC.glob("*.ipynb")) + sorted(CHAPTERS_SRC.glob("*.md")) \
         + sorted(Path(__file__).parent.glob("*.py")) \
-        + sorted(p for p in (Path(__file__).parent / "explainer").glob("*.*") if p.is_file())
+        + sorted(p for p in (Path(__file__).parent / "explainer").glob("*.*") if p.is_file()) \
+        + [ROOT / name for name in LICENCE_FILES]
     for p in sorted(BOOK.rglob("*")):
         if p.is_file() and not any(g == p or g in p.parents for g in generated) and p.name != "_toc.yml" \
                 and "__pycache__" not in p.parts:
@@ -480,6 +506,7 @@ def build() -> None:
         run_jupyter_book("html")
     externalize_images(HTML)
     write_explainer(HTML)  # explainer.html: the chapter-16 GPT live in the page (bookkit/explainer/)
+    copy_licences(HTML)  # LICENSE, LICENSE-CONTENT.md, THIRD-PARTY-NOTICES.md beside index.html
     (HTML / ".nojekyll").touch()  # GitHub Pages: serve the _static/, _images/ folders as they are
     STAMP.write_text(digest + "\n")
     print(f"book built in {time.perf_counter() - start:.1f} s: {HTML.relative_to(ROOT)}/index.html", flush=True)

@@ -3,8 +3,9 @@
     python -m bookkit.dist          # writes dist/transformers-interactively-<version>.zip (`make dist`)
 
 The zip holds one folder, ``transformers-interactively-<version>/``, with ``html/`` (open
-``html/index.html`` in a browser: everything, MathJax included, is local), ``book.pdf`` and
-``CHANGELOG.md``. It packs what `make book` and `make pdf` built; it builds nothing itself.
+``html/index.html`` in a browser: everything, MathJax and the explainer's model included, is
+local and works from disk), ``book.pdf``, ``CHANGELOG.md`` and the licences (``LICENSE`` for
+the code, ``LICENSE-CONTENT.md`` for the prose and figures, ``THIRD-PARTY-NOTICES.md``). It packs what `make book` and `make pdf` built; it builds nothing itself.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def write_zip(html: Path = build_book.HTML, pdf_path: Path = pdf.PDF, out_dir: P
                 zf.write(f, f"{name}/html/{f.relative_to(html)}")
         zf.write(pdf_path, f"{name}/book.pdf")
         zf.write(ROOT / "CHANGELOG.md", f"{name}/CHANGELOG.md")
+        for licence in build_book.LICENCE_FILES:
+            zf.write(ROOT / licence, f"{name}/{licence}")
     return out
 
 

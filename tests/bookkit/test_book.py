@@ -538,3 +538,14 @@ def test_format_code_folds_calls_and_comments_and_leaves_magics_and_bad_syntax()
     assert format_code("%timeit sum(range(10))") == "%timeit sum(range(10))"
     assert format_code("def f(:\n    pass") == "def f(:\n    pass"
     assert format_code(format_code(long_call, 60), 60) == format_code(long_call, 60)
+
+
+def test_built_site_carries_the_licences_and_a_notice_for_every_static_file(html):
+    for name in ("LICENSE.txt", "LICENSE-CONTENT.md", "THIRD-PARTY-NOTICES.md"):
+        assert (html / name).exists(), name
+    static = html / "_static"
+    missing = [str(p.relative_to(static)) for p in static.rglob("*") if p.is_file()
+               and not book.has_notice(str(p.relative_to(static)))]
+    assert not missing, f"files of the built site with no line in THIRD-PARTY-NOTICES.md: {missing[:20]}"
+    page = (html / "licences.html").read_text(encoding="utf8")
+    assert "CC BY 4.0" in page and "onnxruntime-web" in page and "MIT License" in page
