@@ -3,6 +3,7 @@
     python -m bookkit.notebooks execute chapters/*.md     # .md -> executed .ipynb
     python -m bookkit.notebooks check-sync chapters/*.md  # .ipynb cells == .md cells?
     python -m bookkit.notebooks format chapters/*.md      # code cells to the book's width, .md and .ipynb
+    python -m bookkit.notebooks fold-solutions chapters/*.ipynb  # solutions folded in JupyterLab, nothing run
 
 Each chapter's source of truth is ``chapters/NN-slug.md`` (MyST Markdown, paired by jupytext
 with ``ipynb,md:myst``). ``execute`` reads it, runs it in the chapters folder (the execution setup
@@ -10,6 +11,13 @@ of ``bookkit.conventions``), strips
 volatile metadata (execution timestamps; widget model ids are renumbered deterministically) and
 writes ``NN-slug.ipynb``, the baseline that nbval re-runs. Re-running an unchanged chapter leaves
 git clean.
+
+Solutions open folded: every cell tagged ``solution`` gets JupyterLab's
+``"jupyter": {"source_hidden": true}`` (and ``outputs_hidden`` when it has outputs), so a learner
+in `make lab` sees the exercise, its check and a collapsed bar, and reads the solution only after
+clicking the bar. ``execute`` sets it; ``fold-solutions`` sets it on existing notebooks without
+executing them (only that metadata changes). The web book hides the same cells behind its own
+"Show solution" toggle (``hide-input``), and ``make student`` leaves them out.
 """
 from __future__ import annotations
 
@@ -20,10 +28,10 @@ import re
 import sys
 from pathlib import Path
 
-from .conventions import JUPYTEXT_FORMATS, KERNELSPEC, ROOT, execute_notebook, is_chapter, tags_of
+from .conventions import JUPYTEXT_FORMATS, KERNELSPEC, ROOT, SOLUTION, execute_notebook, is_chapter, tags_of
 
 __all__ = ["execute_chapter", "cells_in_sync", "strip_volatile", "read_md", "format_code", "format_chapter",
-           "CODE_WIDTH"]
+           "fold_solutions", "fold_solutions_in_file", "CODE_WIDTH"]
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -98,6 +106,33 @@ def strip_volatile(nb, name: str):
     return nb
 
 
+def fold_solutions(nb) -> int:
+    """Fold every ``solution`` cell in JupyterLab (source hidden; outputs too when it has any);
+    return how many cells changed."""
+    changed = 0
+    for cell in nb["cells"]:
+        if SOLUTION not in tags_of(cell):
+            continue
+        want = {"source_hidden": True}
+        if cell.get("outputs"):
+            want["outputs_hidden"] = True
+        folded = cell.setdefault("metadata", {}).setdefault("jupyter", {})
+        if any(folded.get(k) is not v for k, v in want.items()):
+            folded.update(want)
+            changed += 1
+    return changed
+
+
+def fold_solutions_in_file(ipynb_path: str | Path) -> int:
+    """``fold_solutions`` on a saved notebook, rewritten only when a cell changed; nothing runs."""
+    import nbformat
+    nb = nbformat.read(str(ipynb_path), as_version=4)
+    changed = fold_solutions(nb)
+    if changed:
+        nbformat.write(nb, str(ipynb_path))
+    return changed
+
+
 SANITIZE_CFG = ROOT / "tests" / "nbval_sanitize.cfg"
 
 
@@ -143,6 +178,7 @@ def execute_chapter(md_path: str | Path, timeout: int = 900) -> float:
     nb.metadata["kernelspec"] = KERNELSPEC
     elapsed = execute_notebook(nb, md_path.parent, timeout=timeout)
     nb = strip_volatile(nb, md_path.stem)
+    fold_solutions(nb)
     # jupytext's own metadata (text_representation) is volatile across versions: keep only formats
     nb.metadata["jupytext"] = {"formats": JUPYTEXT_FORMATS}
     out = md_path.with_suffix(".ipynb")
@@ -269,8 +305,16 @@ def main(argv=None) -> int:
     fm = sub.add_parser("format", help="format the code cells of chapter .md files and their .ipynb in place")
     fm.add_argument("paths", nargs="+")
     fm.add_argument("--width", type=int, default=CODE_WIDTH)
+    fs = sub.add_parser("fold-solutions", help="fold the solution cells of executed .ipynb files (nothing is run)")
+    fs.add_argument("paths", nargs="+")
     args = parser.parse_args(argv)
     paths = [p for p in args.paths if is_chapter(p)]
+    if args.cmd == "fold-solutions":
+        for p in paths:
+            if not str(p).endswith(".ipynb"):
+                p = str(Path(p).with_suffix(".ipynb"))
+            print(f"{p}: {fold_solutions_in_file(p)} solution cells folded", flush=True)
+        return 0
     if args.cmd == "format":
         for p in paths:
             changed, long_lines = format_chapter(p, width=args.width)

@@ -108,6 +108,8 @@ def lab(tmp_path_factory):
     for d in (notebooks, guard, home):
         d.mkdir()
     shutil.copy2(ROOT / "chapters" / f"{CHAPTER}.ipynb", notebooks)
+    from bookkit.notebooks import fold_solutions_in_file
+    fold_solutions_in_file(notebooks / f"{CHAPTER}.ipynb")  # as `make chapters` writes it (a no-op then)
     (guard / "sitecustomize.py").write_text(GUARD)
     net_log = tmp / "net.log"
     net_log.touch()
@@ -202,3 +204,29 @@ def test_a_learner_runs_a_chapter_moves_a_widget_and_passes_a_check(lab):
             assert r.status == 200
     attempts = lab["net_log"].read_text().split("\n")
     assert not [a for a in attempts if a], f"the lab server or kernel tried to leave the machine: {attempts}"
+
+
+def test_a_solution_opens_folded_and_one_click_shows_it(lab):
+    """JupyterLab shows a solution cell (tag ``solution``, ``jupyter.source_hidden``) as a folded
+    bar: its code is not on the page until the learner clicks the bar once."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{lab['url']}/lab/tree/{CHAPTER}.ipynb?token={lab['token']}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            page.wait_for_timeout(1000)
+            body = "x.pow(2).mean(dim=-1, keepdim=True)"
+            exercise = page.locator(".jp-CodeCell", has_text="def mean_of_squares(x):").first
+            assert "YOUR CODE HERE" in exercise.inner_text()  # the stub is shown
+            assert page.get_by_text(body).count() == 0 or not page.get_by_text(body).first.is_visible(), \
+                "the solution's code is visible on load"
+            folded = page.locator(".jp-Cell .jp-InputPlaceholder")
+            assert folded.count() >= 1, "no folded input bar"
+            folded.first.scroll_into_view_if_needed()
+            folded.first.click()
+            page.wait_for_function(
+                "t => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea')]"
+                ".some(a => a.offsetParent !== null && a.innerText.includes(t))", arg=body, timeout=30_000)
+        finally:
+            browser.close()
