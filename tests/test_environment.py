@@ -35,6 +35,48 @@ def test_environment_yml_matches_pyproject():
     assert named == wanted, f"only in pyproject: {wanted - named}; only in environment.yml: {named - wanted}"
 
 
+def _env_pip():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    return next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d), env
+
+
+def test_environment_yml_pins_what_make_installs():
+    """The same versions as `make`: each requirement as pyproject states it, and torch pinned to
+    the build `make` installs without a GPU (the one that produced the book's outputs)."""
+    pip, env = _env_pip()
+    project = _pyproject()["project"]
+    stated = {_name(r): r.replace(" ", "") for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        stated |= {_name(r): r.replace(" ", "") for r in extra}
+    make_torch = re.search(r"^TORCH \?= .*,(torch==[\d.]+)\)", (ROOT / "Makefile").read_text(), re.M)
+    assert make_torch, "the Makefile's CPU torch pin was not found"
+    for r in pip:
+        if r.startswith("-"):
+            continue
+        want = make_torch.group(1) if _name(r) == "torch" else stated[_name(r)]
+        assert r.replace(" ", "") == want, f"environment.yml has {r!r}, make installs {want!r}"
+    assert any("download.pytorch.org/whl/cpu" in r for r in pip if r.startswith("--extra-index-url"))
+
+
+def test_python_floor_is_stated_once_everywhere():
+    floor = re.fullmatch(r">=(3\.\d+)", _pyproject()["project"]["requires-python"].split("#")[0].strip())
+    assert floor and floor.group(1) == "3.11", "tomllib (tests, bookkit) needs 3.11"
+    _, env = _env_pip()
+    assert f"python={floor.group(1)}" in [d for d in env["dependencies"] if isinstance(d, str)]
+    assert f"Python {floor.group(1)} or newer" in (ROOT / "README.md").read_text()
+    assert f"Python {floor.group(1)} or newer" in (ROOT / "chapters" / "00-how-to-use.md").read_text()
+    assert sys.version_info >= (3, 11)
+
+
+def test_conda_steps_and_postbuild_install_both_models():
+    no_deps = _pyproject()["tool"]["transformer_lib"]["pretrained_no_deps"]
+    readme = (ROOT / "README.md").read_text()
+    conda = readme[readme.index("## Conda, Binder, JupyterHub"):]
+    steps = re.search(r"```bash\n(.*?)```", conda, re.S).group(1)
+    for package in no_deps:
+        assert re.search(rf"--no-deps[^\n]*\b{package}\b", steps), f"README's conda steps never install {package}"
+
+
 def test_no_deps_packages_installed_by_make_and_postbuild():
     no_deps = _pyproject()["tool"]["transformer_lib"]["pretrained_no_deps"]
     makefile, postbuild = (ROOT / "Makefile").read_text(), (ROOT / "postBuild").read_text()
