@@ -13,6 +13,9 @@ What lands in OUT_DIR:
 * ``explainer/tokenizer.json``: the same merges, readable (the page itself reads the model's);
 * ``explainer/classes.json``: the code-point ranges of ``\\p{L}``, ``\\p{N}`` and ``\\s`` as the
   ``regex`` module of the Python tokenizer sees them (see bpe.js: browsers differ);
+* ``explainer/offline.js``: the model, ``classes.json`` and the runtime's .wasm again, in one
+  script (base64), which the page loads only when opened from disk (file://, the offline
+  bundle of `make dist`), where a browser refuses ``fetch`` of the files beside it;
 * ``explainer/ort/``: onnxruntime-web's WebAssembly build, installed from npm with ``npm ci``
   from the committed package.json and package-lock.json (pinned; nothing from a CDN). The page
   runs one thread (threads need cross-origin isolation, which a static host rarely gives), so it
@@ -24,6 +27,7 @@ What lands in OUT_DIR:
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -120,7 +124,12 @@ def write_explainer(out_dir: str | Path) -> Path:
     shutil.copyfile(model, assets / "book_gpt.onnx")
     (assets / "tokenizer.json").write_text(json.dumps(read_config(model)["tokenizer"], ensure_ascii=False),
                                            encoding="utf-8")
-    (assets / "classes.json").write_text(json.dumps(unicode_classes(), separators=(",", ":")))
+    classes = unicode_classes()
+    (assets / "classes.json").write_text(json.dumps(classes, separators=(",", ":")))
+    offline = {"classes": classes, "wasmName": ORT_FILES[1],
+               "model": base64.b64encode(model.read_bytes()).decode(),
+               "wasm": base64.b64encode((dist / ORT_FILES[1]).read_bytes()).decode()}
+    (assets / "offline.js").write_text("window.EXPLAINER_OFFLINE = " + json.dumps(offline, separators=(",", ":")) + ";\n")
     page = out_dir / "explainer.html"
     shutil.copyfile(HERE / "explainer.html", page)
     return page

@@ -277,13 +277,33 @@
   }
 
   // -- start -------------------------------------------------------------------------------------
+  // A page opened from disk (file://, the offline bundle) may not fetch() its neighbours: there
+  // the same files come in one script, explainer/offline.js (base64), loaded only then, and the
+  // runtime's .wasm is handed to onnxruntime as a blob: URL made from those bytes.
+  function offlineAssets() {
+    return new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "explainer/offline.js";
+      script.onload = resolve;
+      script.onerror = () => reject(new Error("explainer/offline.js is missing"));
+      document.head.appendChild(script);
+    }).then(() => {
+      const data = window.EXPLAINER_OFFLINE;
+      const bytes = (b64) => { const s = atob(b64), out = new Uint8Array(s.length);
+                               for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i); return out; };
+      const wasm = new Blob([bytes(data.wasm)], { type: "application/wasm" });
+      ort.env.wasm.wasmPaths = { [data.wasmName]: URL.createObjectURL(wasm) };
+      return [data.classes, bytes(data.model)];
+    });
+  }
+
   async function start() {
-    const [classes, model] = await Promise.all([
+    const [classes, model] = location.protocol === "file:" ? await offlineAssets() : await Promise.all([
       fetch("explainer/classes.json").then((r) => r.json()),
-      fetch("explainer/book_gpt.onnx").then((r) => r.arrayBuffer()),
+      fetch("explainer/book_gpt.onnx").then((r) => r.arrayBuffer()).then((b) => new Uint8Array(b)),
     ]);
     state.classes = classes;
-    await loadModel(new Uint8Array(model), "the book's GPT (chapter 16)");
+    await loadModel(model, "the book's GPT (chapter 16)");
     $("explainer-continue").disabled = false;
     input.addEventListener("input", () => { state.decoder = null; state.rng = null; update(input.value); });
     for (const box of [temperatureBox, topkBox]) box.addEventListener("input", () => state.last && drawCandidates(state.last, next.dataset.text));

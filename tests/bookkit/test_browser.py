@@ -455,3 +455,35 @@ def test_contrast_check_catches_low_contrast(browser):
     finally:
         page.close()
     assert [x[3] for x in low] == ["low"]
+
+
+def test_every_page_works_opened_from_disk(browser):
+    """`make dist`'s promise, "open html/index.html": every page opened from a file:// URL (as a
+    reader opens the unzipped bundle) typesets its math, shows its figures and asks for nothing
+    off the disk; the explainer's live model starts there too (its model and .wasm come from a
+    script, since a browser refuses fetch() from a file:// page)."""
+    html = book.ensure_built()
+    root = html.as_uri()
+    problems = []
+    for name in PAGES:
+        page = browser.new_page(viewport=DESKTOP)
+        log = PageLog(page, root)
+        try:
+            page.goto(f"{root}/{name}.html", wait_until="load")
+            wait_for_mathjax(page)
+            _loads_clean(page, log, name)
+        except AssertionError as e:
+            problems.append(str(e))
+        finally:
+            page.close()
+    page = browser.new_page(viewport=DESKTOP)
+    log = PageLog(page, root)
+    try:
+        page.goto(f"{root}/explainer.html", wait_until="load")
+        page.evaluate("() => window.explainer.ready")
+        shown = page.locator("#explainer-next > [data-token-id]").count()
+        assert shown >= 10, f"explainer from disk: {shown} candidates"
+        assert not log.problems, log.problems
+    finally:
+        page.close()
+    assert not problems, "\n".join(problems)

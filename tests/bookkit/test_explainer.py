@@ -416,3 +416,30 @@ def test_write_explainer_names_a_bad_folder(tmp_path):
         write_explainer(3)
     with pytest.raises(ValueError, match="out_dir"):
         write_explainer(tmp_path / "missing")
+
+
+def test_opened_from_disk_the_model_starts_and_answers_as_over_http(browser, site, tmp_path, book_gpt):
+    """The offline bundle's promise (`make dist`: open html/index.html): from a file:// URL a
+    browser refuses fetch(), so the page takes the model and the runtime's .wasm from
+    explainer/offline.js; the candidates are the same as over HTTP, and nothing leaves the disk."""
+    folder = tmp_path / "from-disk"
+    folder.mkdir()
+    write_explainer(folder)
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    log = Requests(page)
+    try:
+        page.goto((folder / "explainer.html").as_uri(), wait_until="load")
+        page.evaluate("() => window.explainer.ready")
+        text = "The attention of a model"
+        page.evaluate("t => window.explainer.update(t)", text)
+        from_disk = page.evaluate("""() => [...document.querySelectorAll('#explainer-next > [data-token-id]')]
+                                     .map(e => Number(e.dataset.tokenId))""")
+        assert "could not start" not in page.locator("#explainer-status").inner_text()
+        ids, _, _ = torch_top(book_gpt[0], book_gpt[1], text)
+        assert from_disk == ids, (from_disk, ids)
+        off = [u for u in log.urls if urlparse(u).scheme not in ("file", "data", "blob")]
+        assert not off, f"requests left the disk: {off}"
+        assert not log.problems, log.problems
+    finally:
+        ctx.close()
