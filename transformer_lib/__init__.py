@@ -46,7 +46,7 @@ Modules, one concept each:
 The book's machinery (chapter pipeline, student copies, slides, progress, book build) is the
 separate package ``bookkit``; nothing here imports it.
 """
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 from .attention import attention_fast, scaled_dot_product_attention
 from .cost import block_macs, cost_table, count_parameters, transformer_parameters
