@@ -44,11 +44,12 @@ COMPARE_ENV := OMP_NUM_THREADS=$(TEST_THREADS) ATEN_CPU_CAPABILITY=default MKL_C
 REPRO_ENV := OMP_NUM_THREADS=$(TEST_THREADS) $(AVX2_PINS)
 
 STAMP := $(VENV)/.installed
-.PHONY: venv portable test test-fast test-unit test-chapters test-book test-browser test-course book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
+.PHONY: venv portable fold-solutions test test-fast test-unit test-chapters test-book test-browser test-course book chapters lab clean student instructor slides progress browser-deps compiler-deps pdf dist course hub-deps sandbox-deps
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Transformers, Interactively needs Python 3.11 or newer (found %s): make PYTHON=python3.11 ..." % sys.version.split()[0])'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
@@ -84,6 +85,10 @@ test-browser: venv browser-deps
 	$(PYTEST) -m browser tests
 test-course: venv hub-deps sandbox-deps
 	$(PYTEST) -m course tests
+
+# Fold every solution cell in JupyterLab (jupyter.source_hidden) in the stored notebooks, without running them
+fold-solutions: venv
+	$(PY) -m bookkit.notebooks fold-solutions $(or $(CHAPTERS),chapters/*.ipynb)
 
 # Re-execute every chapter .md into its paired .ipynb (the nbval baseline), stripped of volatile metadata.
 chapters: venv
