@@ -1,7 +1,7 @@
 """Text corpora that ship with the library (chapters 15 and 16); nothing is downloaded.
 
-``book_prose.txt`` is the English prose of this book's own chapters 0-14 and appendix A (MIT
-licence, like the rest of the repository): the Markdown text with code cells, YAML headers,
+``book_prose.txt`` is the English prose of this book's own chapters 0-14 and appendix A (CC BY
+4.0, like all of the book's prose: LICENSE-CONTENT.md; the code is MIT): the Markdown text with code cells, YAML headers,
 display math and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
 move when a chapter is edited; ``python -m transformer_lib.data`` rebuilds it from the chapters.
 """
