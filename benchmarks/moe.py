@@ -1,4 +1,4 @@
-"""Mixture of experts and latent attention: compute per token and KV-cache bytes (issue 43, chapter 25).
+"""Mixture of experts and latent attention: compute per token and KV-cache bytes (chapter 25).
 
     nice -n 10 .venv/bin/python benchmarks/moe.py        # about 20 CPU-seconds
 

@@ -40,8 +40,12 @@ def load_balancing_loss(router_logits, top_k: int, num_experts: int | None = Non
 
     ``f_e`` is the fraction of the top-k assignments that went to expert e (counted per k slot
     and averaged over tokens, as transformers' ``load_balancing_loss_func``), ``P_e`` the mean
-    router probability of expert e. Perfectly balanced routing gives ``top_k``; all tokens on one
-    expert with probability one gives ``E * top_k``. ``router_logits`` is one (N, E) tensor or a
+    router probability of expert e. A router with uniform probabilities gives ``top_k`` (whatever
+    it picks); all tokens on one expert with probability one gives about ``E`` (the first slot's
+    f * P is 1, the second slot's expert has P near 0). It is a surrogate, not a measure of
+    imbalance: its minimum is not at balance (an expert picked often at a low probability has a
+    large f but a small P), and what balances the router is its gradient through P, which lowers
+    the probability of the experts that already get most assignments. ``router_logits`` is one (N, E) tensor or a
     tuple/list of them (one per layer; concatenated over tokens, as transformers does).
     """
     router_logits = check_router_logits(router_logits, num_experts)  # (layers * N, E): layers concatenated
