@@ -67,8 +67,10 @@ def _check_dilated(answer):
     cases = [(1, 1, 12, 4, 3), (2, 3, 24, 8, 4), (1, 2, 16, 5, 16), (2, 1, 10, 4, 1)]
     for B, H, L, d_k, dil in cases:
         q, k, v = (torch.randn(B, H, L, d_k, generator=g) for _ in range(3))
+        atol = 1e-5
         if dil == 4:  # scores in the hundreds: a softmax written as exp / sum overflows
             q = 60.0 * q
+            atol = 1e-4  # float32 rounds a score of ~500 by ~3e-5, and the softmax passes it on
         compare_arrays(answer(q, k, v, dil), dilated_attention(q, k, v, dil),
-                       what=f"output for L={L}, dilation={dil}")
+                       what=f"output for L={L}, dilation={dil}", atol=atol)
     return f"matches transformer_lib.dilated_attention on all {len(cases)} inputs."
