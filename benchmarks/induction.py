@@ -1,5 +1,5 @@
 """Induction heads: the phase change of a two-layer attention-only model, the one-layer control,
-every head's scores and ablations, and SmolLM2's induction heads (issue 29, chapter 23).
+every head's scores and ablations, and SmolLM2's induction heads (chapter 23).
 
     nice .venv/bin/python benchmarks/induction.py                 # the full run (minutes)
     .venv/bin/python benchmarks/induction.py --part smollm2        # SmolLM2's heads only

@@ -274,9 +274,11 @@ def ablated_losses(model: nn.Module, tokens: torch.Tensor, in_context: torch.Ten
     """(layers, H): the in-context loss with each head ablated on its own, through ``hook_z``.
 
     ``kind="zero"`` sets the head's output z to 0; ``kind="mean"`` replaces it by its mean over
-    the batch and positions of ``reference`` tokens (``tokens`` when None), which keeps whatever
-    constant the head contributes and removes only what depends on the input: a fairer test of
-    whether the head's *information* is needed (zero ablation also removes a bias-like offset).
+    the batch and positions of ``reference`` tokens (``tokens`` when None), which keeps the
+    constant the head contributes on average and removes what depends on the input and on the
+    position. Both move the residual stream off the distribution the later layers saw (zero
+    ablation also removes the constant; mean ablation leaves a constant where the head wrote
+    something else), so read the result per position and beside other evidence (chapter 23).
     Compare with ``in_context_loss`` of the unablated model."""
     check_module(model)
     check_choice("kind", kind, ("zero", "mean"))
