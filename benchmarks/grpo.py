@@ -1,4 +1,4 @@
-"""GRPO on the addition task of chapters 26-27 (issue 42): held-out accuracy before and after,
+"""GRPO on the addition task of chapters 26-27: held-out accuracy before and after,
 over seeds, for the choices the chapter discusses.
 
     nice -n 10 .venv/bin/python benchmarks/grpo.py              # every setting, 3 seeds (~6 CPU-minutes)
