@@ -16,13 +16,14 @@ length), so feeding a prompt and then one token at a time gives the logits of on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import torch
 import torch.nn as nn
 
-from ._checks import (check_cache, check_context_length, check_decoder_options, check_int, check_number,
-                      check_same_batch, check_token_ids)
+from ._checks import check_cache, check_context_length, check_same_batch, check_token_ids
+from .config import ModelConfig
 from .layers import DecoderLayer, EncoderLayer
 from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
@@ -207,6 +208,11 @@ class DecoderOnlyLM(nn.Module):
     (:class:`~transformer_lib.layers.EncoderLayer`), a final norm and a linear head, by default
     tied to the embedding.
 
+    Built from a :class:`~transformer_lib.config.ModelConfig`, ``DecoderOnlyLM(config)``, or from
+    that configuration's fields, ``DecoderOnlyLM(61, 32, 4, 2, positional="rope")`` (the same
+    model); ``model.config`` is the configuration, saved beside the weights by
+    :func:`transformer_lib.saving.save_pretrained`.
+
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
     'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens, cache=None)`` ->
     logits (B, L, V); with a cache from :meth:`new_cache` the tokens continue after the cached ones
@@ -234,51 +240,38 @@ class DecoderOnlyLM(nn.Module):
     untrained model starts confidently wrong (chapter 16).
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
-                 positional: str = "learned", norm: str = "layer", activation: str = "gelu",
-                 norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
-                 init_std: float | None = None, num_kv_heads: int | None = None, bias: bool = True,
-                 rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5,
-                 context_length: int | None = None, num_experts: int | None = None, top_k: int = 2):
+    def __init__(self, *args, **switches):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
-                            ("num_layers", num_layers), ("max_len", max_len)):
-            check_int(name, value)
-        if d_ff is not None:
-            check_int("d_ff", d_ff)
-        if init_std is not None:
-            check_number("init_std", init_std, 0, low_open=True)
-        check_number("norm_eps", norm_eps, 0, low_open=True)
-        if context_length is not None:
-            check_int("context_length", context_length)
-        self.context_length = context_length
-        check_decoder_options(positional, ffn, num_experts)
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.positional, self.num_heads, self.max_len = positional, num_heads, max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
+        if args and isinstance(args[0], ModelConfig):  # DecoderOnlyLM(config) or (config, **changes)
+            if len(args) > 1:
+                raise TypeError("DecoderOnlyLM(config, ...): give changes to a config as keywords")
+            config = dataclasses.replace(args[0], **switches)
+        else:  # DecoderOnlyLM(vocab_size, d_model, ..., **switches): the fields of ModelConfig
+            config = ModelConfig(*args, **switches)
+        self.config = c = config
+        self.context_length = c.context_length
+        self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.pos = None
-        if positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(max_len, d_model, dropout)
+        if c.positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        elif c.positional == "learned":
+            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
         # one RotaryEmbedding shared by every block (it has no weights, only a table of angles)
-        rotary = RotaryEmbedding(d_model // num_heads, base=rope_base, style=rotary_style) \
-            if positional == "rope" else None
-        self.blocks = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, eps=norm_eps,
-                         rotary=rotary, bias=bias, ffn=ffn, num_kv_heads=num_kv_heads)
-            for _ in range(num_layers))
-        if num_experts is not None:
-            moe_decoder(self, num_experts=num_experts, top_k=top_k)  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
-        self.norm = make_norm(norm, d_model, norm_eps) if norm_first else None
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-        if tie_weights:
+        rotary = RotaryEmbedding(c.d_model // c.num_heads, base=c.rope_base, style=c.rotary_style) \
+            if c.positional == "rope" else None
+        self.blocks = nn.ModuleList(EncoderLayer.from_config(c, rotary) for _ in range(c.num_layers))
+        if c.num_experts is not None:  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
+            moe_decoder(self, num_experts=c.num_experts, top_k=c.top_k, shared_experts=c.shared_experts,
+                        capacity_factor=c.capacity_factor)
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else None
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_weights:
             self.head.weight = self.embed.weight  # one Parameter: the head reads x @ E^T
-        if init_std is not None:
+        if c.init_std is not None:
             for module in self.modules():
                 if isinstance(module, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(module.weight, std=init_std)
+                    nn.init.normal_(module.weight, std=c.init_std)
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
 
