@@ -1,7 +1,7 @@
 """ModelConfig, and every switch composing with every tool the book applies to "any model".
 
 The composition test draws a seeded sample of configurations (positions x norms x activations x
-kv heads x bias x experts x norm placement x tying x QK-norm) and runs each through the tools:
+kv heads x bias x experts x norm placement x tying x QK-norm x attention kind, multi-head or latent) and runs each through the tools:
 cached decoding = full forward, generation with and without a cache, int8/int4 quantization then
 cached decoding = the quantized full forward, LoRA merged = unmerged, every hook point fires,
 record_attention sees every layer, a training step, and save/load. A tool that cannot take a
@@ -32,15 +32,22 @@ from transformer_lib.saving import from_pretrained, save_pretrained
 SWITCHES = dict(positional=["learned", "sinusoidal", "rope", "alibi", "none"], norm=["layer", "rms"],
                 activation=["relu", "gelu", "swiglu"], num_kv_heads=[None, 2, 1], bias=[True, False],
                 num_experts=[None, 4], norm_first=[True, False], tie_weights=[True, False], qk_norm=[False, True],
-                rotary_style=["interleaved", "halves"])
+                rotary_style=["interleaved", "halves"], attention=["mha", "mla"])
+# latent attention has its own keys: it takes RoPE, one latent for all heads and no QK-norm
+MLA_NEEDS = dict(positional="rope", num_kv_heads=None, qk_norm=False)
 
 
 def sample_configs(n: int, seed: int = 0) -> list[ModelConfig]:
     """``n`` configurations drawn without replacement from the product of SWITCHES (seeded)."""
     everything = list(itertools.product(*SWITCHES.values()))
     rng = random.Random(seed)
-    return [ModelConfig(37, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=32,
-                        **dict(zip(SWITCHES, values))) for values in rng.sample(everything, n)]
+    configs = []
+    for values in rng.sample(everything, n):
+        switches = dict(zip(SWITCHES, values))
+        if switches["attention"] == "mla":
+            switches.update(MLA_NEEDS)
+        configs.append(ModelConfig(37, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=32, **switches))
+    return configs
 
 
 CONFIGS = sample_configs(24)
@@ -112,15 +119,18 @@ def test_every_field_is_computed_by_the_fused_step_or_held_at_its_default():
     llama = ModelConfig(37, 32, 4, 2, d_ff=64, positional="rope", rotary_style="halves", norm="rms",
                         activation="swiglu", bias=False, num_kv_heads=2)
     assert fused_refusal(llama) is None
-    for field in dataclasses.fields(ModelConfig):
-        if field.name in FUSED_ANY or field.name in FUSED_VALUES:
-            continue
-        other = {bool: lambda v: not v, int: lambda v: v + 1}.get(type(field.default), lambda v: 1.5)(field.default)
-        if field.name in ("shared_experts", "capacity_factor"):  # these need experts, refused already
-            continue
-        assert fused_refusal(dataclasses.replace(llama, **{field.name: other})) is not None, field.name
+    # each field the step neither computes for any value nor lists, set away from its default
+    away = {"qk_norm": dict(qk_norm=True), "attention": dict(attention="mla", num_kv_heads=None),
+            "shared_experts": dict(num_experts=4, shared_experts=1), "capacity_factor": dict(num_experts=4, capacity_factor=1.5)}
+    others = {f.name for f in dataclasses.fields(ModelConfig)} - FUSED_ANY - set(FUSED_VALUES)
+    assert others == set(away), "a new switch: say here how to set it away from its default"
+    for name, change in away.items():
+        assert fused_refusal(dataclasses.replace(llama, **change)) is not None, name
     assert fused_refusal(dataclasses.replace(llama, qk_norm=True)) == "qk_norm=True"
     assert fused_refusal(dataclasses.replace(llama, num_experts=4)) == "num_experts=4"
+    for name, allowed in FUSED_VALUES.items():  # and each listed switch at another value
+        other = next(v for v in SWITCHES.get(name, [False, True, 4]) if v not in allowed)
+        assert fused_refusal(dataclasses.replace(llama, **{name: other})) == f"{name}={other!r}"
 
 
 # -- every switch composes with every tool ---------------------------------------------------------
@@ -155,7 +165,7 @@ def test_every_tool_takes_every_configuration(c, tmp_path):
 
     # LoRA merged = unmerged
     lora = _model(c)
-    add_lora(lora, rank=2, alpha=4.0, targets=["q_proj", "v_proj"])
+    add_lora(lora, rank=2, alpha=4.0, targets=["q_proj", "v_proj" if c.attention == "mha" else "kv_b_proj"])
     for p in lora.parameters():
         if p.requires_grad:
             torch.nn.init.normal_(p, std=0.1)  # B starts at zero: give the adapters something to add
@@ -184,3 +194,4 @@ def test_every_tool_takes_every_configuration(c, tmp_path):
 def test_the_sample_covers_every_value_of_every_switch():
     for name, values in SWITCHES.items():
         assert {getattr(c, name) for c in CONFIGS} == set(values), name
+    assert sum(c.attention == "mla" for c in CONFIGS) >= 3

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ._checks import check_decoder_options, check_int, check_number
+from ._checks import check_choice, check_decoder_options, check_int, check_number
 
 __all__ = ["ModelConfig"]
 
@@ -52,6 +52,12 @@ class ModelConfig:
     shared_experts: int = 0             # dense SwiGLU experts every token passes too (DeepSeek)
     capacity_factor: float | None = None  # cap each expert's assignments per call (Switch); None: no cap
     qk_norm: bool = False               # RMSNorm on each head's queries and keys before RoPE (OLMo 2, Qwen3)
+    attention: str = "mha"              # 'mha': MultiHeadAttention (multi-head, grouped-query); 'mla': latent (DeepSeek)
+    kv_lora_rank: int = 32              # mla: width r of the cached latent c_KV
+    q_lora_rank: int | None = None      # mla: rank of low-rank queries (None: one q_proj)
+    qk_rope_head_dim: int = 8           # mla: width of the rotary key k_R all heads share (and of each query's rotary part)
+    qk_nope_head_dim: int | None = None  # mla: each head's non-rotary query/key width (None: d_model / num_heads)
+    v_head_dim: int | None = None       # mla: each head's value width (None: d_model / num_heads)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
@@ -63,6 +69,15 @@ class ModelConfig:
             check_number("init_std", self.init_std, 0, low_open=True)
         check_number("norm_eps", self.norm_eps, 0, low_open=True)
         check_decoder_options(self.positional, self.ffn, self.num_experts)
+        check_choice("attention", self.attention, ("mha", "mla"))
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name))
+        if self.attention == "mla":
+            for name, needed in (("positional", "rope"), ("num_kv_heads", None), ("qk_norm", False)):
+                if getattr(self, name) != needed:
+                    raise ValueError(f"{name}: latent attention (attention='mla') needs {name}={needed!r}: its keys "
+                                     f"are one shared latent plus a decoupled rotary key; got {getattr(self, name)!r}")
         if self.num_experts is None and (self.shared_experts or self.capacity_factor is not None):
             raise ValueError("shared_experts, capacity_factor: need num_experts (they configure a mixture of experts)")
 

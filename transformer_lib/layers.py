@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from ._checks import check_same_batch, check_torch_activation
 from .feedforward import FeedForward
+from .latent_attention import LatentAttention
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, make_norm
 
@@ -118,9 +119,11 @@ class EncoderLayer(nn.Module):
     @classmethod
     def from_config(cls, config, rotary: nn.Module | None = None) -> "EncoderLayer":
         """A block of a :class:`~transformer_lib.config.ModelConfig`'s decoder-only model; its
-        attention is built by :meth:`MultiHeadAttention.from_config` (first, as the keyword path
-        does: the same random draws in the same order)."""
-        attention = MultiHeadAttention.from_config(config, rotary)
+        attention is built by :meth:`MultiHeadAttention.from_config`, or
+        :meth:`~transformer_lib.latent_attention.LatentAttention.from_config` for ``attention="mla"``
+        (first, as the keyword path does: the same random draws in the same order)."""
+        attention = (LatentAttention.from_config(config) if config.attention == "mla"
+                     else MultiHeadAttention.from_config(config, rotary))
         return cls(config.d_model, config.num_heads, config.ffn_width, config.dropout, config.activation,
                    config.norm_first, norm=config.norm, eps=config.norm_eps, bias=config.bias, ffn=config.ffn,
                    attention=attention)
