@@ -92,14 +92,12 @@ def decode_step_reference(model, x: torch.Tensor, keys: list[torch.Tensor],
     place. Returns x after the last block (before the final norm). What ``decode_step`` computes."""
     attn0 = model.blocks[0].self_attn
     H, H_kv, d, eps = attn0.num_heads, attn0.num_kv_heads, attn0.head_dim, model.norm.eps
-    cos, sin = (t[pos] for t in attn0.rotary.cos_sin(pos + 1, x.device, x.dtype))  # (d/2,) each
 
     def rms(v, w):
         return w * (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps))
 
-    def rope(v):  # (heads, d), pairs (i, i + d/2)
-        v1, v2 = v.chunk(2, dim=-1)
-        return torch.cat((v1 * cos - v2 * sin, v1 * sin + v2 * cos), dim=-1)
+    def rope(v):  # (heads, d): the model's own RotaryEmbedding at position pos (one position, L = 1)
+        return attn0.rotary(v[:, None], offset=pos)[:, 0]
 
     def product(layers, v):  # one pass over the layers' rows: (1, K) -> (1, sum of N)
         return torch.cat([m(v) for m in layers], dim=-1)
