@@ -169,3 +169,29 @@ def test_qk_norm_equals_qwen3_with_copied_weights():
         q_norm = ours.blocks[0].self_attn.q_norm
         q_norm.weight.mul_(3.0)  # the switch matters: a changed gain changes the logits
         assert not torch.allclose(ours(tokens), ref(tokens).logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("switches", [dict(positional="rope"), dict(positional="rope", num_kv_heads=1, norm="rms",
+                                                                    activation="swiglu", bias=False, norm_first=True),
+                                      dict(positional="learned", num_kv_heads=2), dict(positional="none")])
+def test_the_encoder_decoder_takes_the_decoders_switches(switches):
+    """Seq2SeqTransformer with RoPE (self-attention only), grouped-query attention, RMSNorm, SwiGLU:
+    cached decoding equals the full forward (greedy generation with and without the cache), and RoPE
+    makes the model depend on position even with no position table."""
+    torch.manual_seed(0)
+    model = tl.Seq2SeqTransformer(13, 17, d_model=32, num_heads=4, d_ff=64, **switches).eval()
+    attn = model.transformer.decoder.blocks[0].self_attn
+    assert attn.num_kv_heads == switches.get("num_kv_heads", 4)
+    assert (attn.rotary is not None) == (switches["positional"] == "rope")
+    assert model.transformer.decoder.blocks[0].cross_attn.rotary is None
+    src = torch.randint(0, 13, (2, 7), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(0, 17, (2, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(src, tgt)
+        dec = model.conditioned_on(src)
+        cache = dec.new_cache()
+        steps = torch.cat([dec(tgt[:, :2], cache=cache)] + [dec(tgt[:, t:t + 1], cache=cache) for t in range(2, 6)], 1)
+        torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+        assert torch.equal(generate(dec, tgt[:, :1], 5), generate(dec, tgt[:, :1], 5, use_cache=False))
+        if switches["positional"] == "rope":  # the same tokens in another order: other outputs
+            assert not torch.allclose(model(src.flip(1), tgt), full, atol=1e-3)

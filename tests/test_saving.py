@@ -66,10 +66,24 @@ def test_bad_folders(tmp_path, write, message):
 def test_a_file_of_another_format_is_refused(tmp_path):
     save_pretrained(DecoderOnlyLM(37, 32, 4, 1), tmp_path)
     (tmp_path / CONFIG_FILE).write_text(json.dumps({"format": "other", "vocab_size": 37}))
-    with pytest.raises(ValueError, match="folder: .*does not describe"):
+    with pytest.raises(ValueError, match="folder: .*does not describe a model"):
         from_pretrained(tmp_path)
 
 
 def test_only_a_decoder_only_lm_is_saved(tmp_path):
     with pytest.raises(TypeError, match="model"):
         save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+
+
+@pytest.mark.parametrize("switches", [{}, dict(positional="rope", num_kv_heads=2, norm="rms", activation="swiglu",
+                                               bias=False, norm_first=True), dict(positional="learned", dropout=0.1)])
+def test_an_encoder_decoder_round_trips_with_its_switches(switches, tmp_path):
+    from transformer_lib import Seq2SeqTransformer
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(13, 17, d_model=32, num_heads=4, d_ff=64, **switches).eval()
+    save_pretrained(model, tmp_path)
+    again = from_pretrained(tmp_path)
+    src, tgt = torch.randint(0, 13, (2, 7)), torch.randint(0, 17, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(again(src, tgt), model(src, tgt))
+    assert again.config == model.config

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ._checks import check_choice, check_decoder_options, check_int, check_number
 
-__all__ = ["ModelConfig"]
+__all__ = ["ModelConfig", "Seq2SeqConfig"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +106,40 @@ class ModelConfig:
         """The fields that differ from their defaults (what a reader needs to rebuild the model)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default}
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """The switches of :class:`~transformer_lib.model.Seq2SeqTransformer`; the defaults are the
+    paper's model at chapter 12's small size. The first eight fields may be given by position."""
+    src_vocab: int                      # source token ids run 0 .. src_vocab - 1
+    tgt_vocab: int                      # target token ids run 0 .. tgt_vocab - 1
+    d_model: int = 64                   # width of the residual stream
+    num_heads: int = 4                  # query heads per attention layer
+    num_encoder_layers: int = 2         # encoder blocks
+    num_decoder_layers: int = 2         # decoder blocks
+    d_ff: int = 256                     # hidden width of each FFN
+    dropout: float = 0.0                # dropout after attention weights, each sub-layer and the positions
+    max_len: int = 512                  # the position table's length (sinusoidal, learned)
+    norm_first: bool = False            # Pre-LN (True) or the paper's Post-LN (False)
+    positional: str = "sinusoidal"      # 'sinusoidal' (the paper), 'learned', 'rope' (self-attention only) or 'none'
+    norm: str = "layer"                 # 'layer' or 'rms'
+    activation: str = "relu"            # FFN: 'relu', 'gelu' or 'swiglu'
+    bias: bool = True                   # biases in every linear layer
+    num_kv_heads: int | None = None     # key/value heads (grouped-query attention); None: num_heads
+    rope_base: float = 10000.0          # RoPE's base
+    rotary_style: str = "interleaved"   # RoPE's pair layout
+    norm_eps: float = 1e-5              # the norms' epsilon
+
+    def __post_init__(self):
+        for name in ("src_vocab", "tgt_vocab", "d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
+                     "d_ff", "max_len"):
+            check_int(name, getattr(self, name))
+        if self.num_kv_heads is not None:
+            check_int("num_kv_heads", self.num_kv_heads)
+        check_choice("positional", self.positional, ("sinusoidal", "learned", "rope", "none"))
+        check_number("norm_eps", self.norm_eps, 0, low_open=True)
+
+    to_dict = ModelConfig.to_dict
+    changed = ModelConfig.changed
+    from_dict = classmethod(ModelConfig.from_dict.__func__)

@@ -141,15 +141,20 @@ class DecoderLayer(nn.Module):
     memory (B, L_s, d_model) encoder output; ``self_mask`` broadcastable to (B, H, L_t, L_t)
     (usually causal & target padding), ``memory_mask`` to (B, H, L_t, L_s) (source padding).
     Hook points as in :class:`EncoderLayer` (``hook_z``/``hook_pattern`` are the self-attention's).
+    ``num_kv_heads`` (grouped-query attention, both attentions) and ``rotary`` (RoPE, the
+    self-attention only) are the decoder-only block's switches.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, norm: str = "layer",
-                 eps: float = 1e-5, bias: bool = True):
+                 eps: float = 1e-5, bias: bool = True, rotary: nn.Module | None = None,
+                 num_kv_heads: int | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout, rotary=rotary)
+        # cross-attention: queries from the target, keys from the source, two position systems, so
+        # no rotation (T5 and the RoPE encoder-decoders rotate only within one sequence)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout)
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps)
         self.norm2 = make_norm(norm, d_model, eps)

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from ._checks import check_cache, check_context_length, check_same_batch, check_token_ids
-from .config import ModelConfig
+from .config import ModelConfig, Seq2SeqConfig
 from .layers import DecoderLayer, EncoderLayer
 from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
@@ -78,20 +78,24 @@ class Transformer(nn.Module):
     decoder's self-attention (pass a causal mask), ``memory_mask`` (.., L_t, L_s) for cross-attention.
 
     ``final_norm`` adds a LayerNorm after each stack; it defaults to ``norm_first`` (Pre-LN needs
-    it; the paper's Post-LN does not). ``torch.nn.Transformer`` always has it.
+    it; the paper's Post-LN does not). ``torch.nn.Transformer`` always has it. ``norm``, ``bias``,
+    ``num_kv_heads`` and ``rotary`` are the decoder-only model's switches, for every block (the
+    rotation in self-attention only).
     """
 
     def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
                  num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool | None = None,
-                 eps: float = 1e-5):
+                 eps: float = 1e-5, norm: str = "layer", bias: bool = True, num_kv_heads: int | None = None,
+                 rotary: nn.Module | None = None):
         super().__init__()
         final_norm = norm_first if final_norm is None else final_norm
         self.d_model = d_model
-        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
-        dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
-        self.encoder = Encoder(enc, num_encoder_layers, LayerNorm(d_model, eps) if final_norm else None)
-        self.decoder = Decoder(dec, num_decoder_layers, LayerNorm(d_model, eps) if final_norm else None)
+        switches = dict(norm=norm, eps=eps, bias=bias, num_kv_heads=num_kv_heads, rotary=rotary)
+        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
+        dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
+        self.encoder = Encoder(enc, num_encoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
+        self.decoder = Decoder(dec, num_decoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None):
         check_same_batch("src", src.shape[0], "tgt", tgt.shape[0])
@@ -125,27 +129,44 @@ class Seq2SeqTransformer(nn.Module):
 
     ``forward(src, tgt_in, src_lengths=None)`` returns logits (B, L_t, V). ``tgt_in`` is the target
     shifted right (BOS first): teacher forcing, all positions trained in parallel.
+
+    Built from a :class:`~transformer_lib.config.Seq2SeqConfig` or its fields as arguments, like
+    :class:`DecoderOnlyLM`, with the same position, norm, activation, bias and grouped-query
+    switches (``positional="rope"`` rotates within the encoder's and the decoder's self-attention).
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, num_heads: int = 4,
-                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, d_ff: int = 256,
-                 dropout: float = 0.0, max_len: int = 512, norm_first: bool = False):
+    def __init__(self, *args, **switches):
         super().__init__()
-        self.d_model = d_model
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        self.transformer = Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers,
-                                       d_ff, dropout, norm_first=norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab)
+        if args and isinstance(args[0], Seq2SeqConfig):  # Seq2SeqTransformer(config) or (config, **changes)
+            if len(args) > 1:
+                raise TypeError("Seq2SeqTransformer(config, ...): give changes to a config as keywords")
+            config = dataclasses.replace(args[0], **switches)
+        else:  # Seq2SeqTransformer(src_vocab, tgt_vocab, d_model, ..., **switches): the fields of Seq2SeqConfig
+            config = Seq2SeqConfig(*args, **switches)
+        self.config = c = config
+        self.d_model = c.d_model
+        self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
+        self.pos = None  # one table for both sides, or none (RoPE rotates inside self-attention)
+        if c.positional == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        elif c.positional == "learned":
+            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+        rotary = RotaryEmbedding(c.d_model // c.num_heads, base=c.rope_base, style=c.rotary_style) \
+            if c.positional == "rope" else None
+        self.transformer = Transformer(c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers,
+                                       c.d_ff, c.dropout, c.activation, norm_first=c.norm_first, eps=c.norm_eps,
+                                       norm=c.norm, bias=c.bias, num_kv_heads=c.num_kv_heads, rotary=rotary)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab, bias=c.bias)
         # Embeddings are multiplied by sqrt(d_model) in _embed; starting them at std 1/sqrt(d_model)
         # makes the product unit-scale, comparable with the positional encoding (whose entries
         # lie in [-1, 1]). With torch's default N(0, 1) the positions would be drowned 8:1 at d=64.
         for emb in (self.src_embed, self.tgt_embed):
-            nn.init.normal_(emb.weight, std=d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=c.d_model ** -0.5)
 
     def _embed(self, emb: nn.Embedding, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return self.pos(emb(tokens) * math.sqrt(self.d_model), offset)  # (B, L, D)
+        x = emb(tokens) * math.sqrt(self.d_model)  # (B, L, D)
+        return x if self.pos is None else self.pos(x, offset)
 
     def src_mask(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor | None:
         if src_lengths is None:

@@ -3,6 +3,10 @@
     save_pretrained(model, "my-gpt")   # my-gpt/config.json, my-gpt/model.safetensors
     model = from_pretrained("my-gpt")  # the same model: equal configuration, equal logits
 
+Both model families are saved this way: a :class:`~transformer_lib.model.DecoderOnlyLM` with its
+:class:`~transformer_lib.config.ModelConfig`, a :class:`~transformer_lib.model.Seq2SeqTransformer`
+with its :class:`~transformer_lib.config.Seq2SeqConfig`.
+
 ``config.json`` is the model's :class:`~transformer_lib.config.ModelConfig` (every field, so a
 later change of a default cannot change what the file builds); ``model.safetensors`` holds the
 weights in the safetensors format (a flat table of named tensors, no pickled code: loading a file
@@ -22,30 +26,41 @@ import torch
 import torch.nn as nn
 
 from ._checks import check_instance, check_path
-from .config import ModelConfig
-from .model import DecoderOnlyLM
+from .config import ModelConfig, Seq2SeqConfig
+from .model import DecoderOnlyLM, Seq2SeqTransformer
 
-__all__ = ["save_pretrained", "from_pretrained", "CONFIG_FILE", "WEIGHTS_FILE"]
+__all__ = ["save_pretrained", "from_pretrained", "CONFIG_FILE", "WEIGHTS_FILE", "MODELS"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-_FORMAT = "transformer_lib.DecoderOnlyLM"
+# the model classes a folder can hold, by the name config.json gives: (class, its configuration)
+MODELS = {"transformer_lib.DecoderOnlyLM": (DecoderOnlyLM, ModelConfig),
+          "transformer_lib.Seq2SeqTransformer": (Seq2SeqTransformer, Seq2SeqConfig)}
 
 
-def _expected_state(config: ModelConfig) -> dict[str, tuple]:
-    """Name -> shape of every tensor of the model ``config`` builds (built on the meta device: no memory)."""
+def _format(model: nn.Module) -> str:
+    return next(name for name, (cls, _) in MODELS.items() if type(model) is cls)
+
+
+def _tied(model: nn.Module) -> bool:
+    return getattr(model.config, "tie_weights", False)
+
+
+def _expected_state(model: nn.Module) -> dict[str, tuple]:
+    """Name -> shape of every tensor of the model ``model.config`` builds (on the meta device: no memory)."""
     with torch.device("meta"):
-        return {k: tuple(v.shape) for k, v in DecoderOnlyLM(config).state_dict().items()}
+        return {k: tuple(v.shape) for k, v in type(model)(model.config).state_dict().items()}
 
 
 def save_pretrained(model: nn.Module, folder) -> Path:
-    """Write ``model`` (a :class:`~transformer_lib.model.DecoderOnlyLM`) to ``folder``: its
-    configuration as ``config.json`` and its weights as ``model.safetensors``. Returns the folder."""
+    """Write ``model`` (a :class:`~transformer_lib.model.DecoderOnlyLM` or
+    :class:`~transformer_lib.model.Seq2SeqTransformer`) to ``folder``: its configuration as
+    ``config.json`` and its weights as ``model.safetensors``. Returns the folder."""
     from safetensors.torch import save_file
 
-    check_instance("model", model, DecoderOnlyLM, "a DecoderOnlyLM")
+    check_instance("model", model, (DecoderOnlyLM, Seq2SeqTransformer), "a DecoderOnlyLM or a Seq2SeqTransformer")
     folder = check_path("folder", folder, "a folder to write the model into")
     state = model.state_dict()
-    expected = _expected_state(model.config)
+    expected = _expected_state(model)
     have = {k: tuple(v.shape) for k, v in state.items()}
     if have != expected:
         extra, missing = sorted(set(have) - set(expected)), sorted(set(expected) - set(have))
@@ -53,18 +68,18 @@ def save_pretrained(model: nn.Module, folder) -> Path:
         raise ValueError(f"model: its modules differ from what its configuration builds (extra {extra[:4]}, "
                          f"missing {missing[:4]}, other shapes {reshaped[:4]}); merge LoRA adapters, or save the "
                          f"float model and quantize after loading")
-    if model.config.tie_weights:
+    if _tied(model):
         state.pop("head.weight")  # the same tensor as embed.weight: stored once
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": _FORMAT})
-    (folder / CONFIG_FILE).write_text(json.dumps({"format": _FORMAT, **model.config.to_dict()}, indent=2) + "\n")
+    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": _format(model)})
+    (folder / CONFIG_FILE).write_text(json.dumps({"format": _format(model), **model.config.to_dict()}, indent=2) + "\n")
     return folder
 
 
-def from_pretrained(folder, device: torch.device | str | None = None) -> DecoderOnlyLM:
-    """The :class:`~transformer_lib.model.DecoderOnlyLM` saved by :func:`save_pretrained` in
-    ``folder``, in eval mode, on ``device`` (default: the CPU)."""
+def from_pretrained(folder, device: torch.device | str | None = None) -> nn.Module:
+    """The model saved by :func:`save_pretrained` in ``folder`` (the class config.json names), in
+    eval mode, on ``device`` (default: the CPU)."""
     from safetensors.torch import load_file
 
     folder = check_path("folder", folder, "a folder written by save_pretrained")
@@ -72,12 +87,14 @@ def from_pretrained(folder, device: torch.device | str | None = None) -> Decoder
         if not (folder / name).is_file():
             raise ValueError(f"folder: {folder} has no {name} (not written by save_pretrained)")
     values = json.loads((folder / CONFIG_FILE).read_text())
-    if values.pop("format", None) != _FORMAT:
-        raise ValueError(f"folder: {folder / CONFIG_FILE} does not describe a {_FORMAT}")
-    config = ModelConfig.from_dict(values)
-    model = DecoderOnlyLM(config)  # on the CPU: tables that are not weights (sinusoids) are built, not loaded
+    kind = values.pop("format", None)
+    if kind not in MODELS:
+        raise ValueError(f"folder: {folder / CONFIG_FILE} does not describe a model of this library "
+                         f"(format {kind!r}, expected one of {sorted(MODELS)})")
+    cls, config_cls = MODELS[kind]
+    model = cls(config_cls.from_dict(values))  # on the CPU: tables that are not weights (sinusoids) are built
     state = load_file(str(folder / WEIGHTS_FILE))
-    if config.tie_weights:
+    if _tied(model):
         state["head.weight"] = state["embed.weight"]
     model.load_state_dict(state, strict=True)  # copies into the model's tensors: a tied head stays tied
     return model.to(device or "cpu").eval()
