@@ -29,8 +29,7 @@ from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
 from .kv_cache import KVCache
-from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                         alibi_bias)
+from .positional import alibi_bias, position_modules
 
 __all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM", "LLAMA_SWITCHES"]
 
@@ -147,13 +146,7 @@ class Seq2SeqTransformer(nn.Module):
         self.d_model = c.d_model
         self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
-        self.pos = None  # one table for both sides, or none (RoPE rotates inside self-attention)
-        if c.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
-        elif c.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
-        rotary = RotaryEmbedding(c.d_model // c.num_heads, base=c.rope_base, style=c.rotary_style) \
-            if c.positional == "rope" else None
+        self.pos, rotary = position_modules(c)  # one table for both sides, or RoPE in the self-attentions
         self.transformer = Transformer(c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers,
                                        c.d_ff, c.dropout, c.activation, norm_first=c.norm_first, eps=c.norm_eps,
                                        norm=c.norm, bias=c.bias, num_kv_heads=c.num_kv_heads, rotary=rotary)
@@ -273,14 +266,7 @@ class DecoderOnlyLM(nn.Module):
         self.context_length = c.context_length
         self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = None
-        if c.positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
-        elif c.positional == "learned":
-            self.pos = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
-        # one RotaryEmbedding shared by every block (it has no weights, only a table of angles)
-        rotary = RotaryEmbedding(c.d_model // c.num_heads, base=c.rope_base, style=c.rotary_style) \
-            if c.positional == "rope" else None
+        self.pos, rotary = position_modules(c)  # a table added to the embeddings, or one RoPE for every block
         self.blocks = nn.ModuleList(EncoderLayer.from_config(c, rotary) for _ in range(c.num_layers))
         if c.num_experts is not None:  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
             moe_decoder(self, num_experts=c.num_experts, top_k=c.top_k, shared_experts=c.shared_experts,
