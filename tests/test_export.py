@@ -199,3 +199,28 @@ def test_bad_input_is_named(book_gpt, tmp_path):
         read_config(tmp_path / "none.onnx")
     with pytest.raises(TypeError, match="path"):
         read_config(None)
+
+
+@pytest.mark.parametrize("switches", [dict(positional="rope", qk_norm=True, num_kv_heads=2),
+                                      dict(positional="rope", attention="mla", kv_lora_rank=16, qk_rope_head_dim=4),
+                                      dict(positional="alibi", norm="rms", activation="swiglu", bias=False,
+                                           norm_first=False, tie_weights=False)])
+def test_switches_export_equal_to_torch(book_gpt, switches, tmp_path):
+    """The composition of switches with export (tests/test_config.py runs the other tools): QK-norm,
+    latent attention, Post-LN with ALiBi and an untied head, through onnxruntime equal to torch
+    (last-position logits, float32 summation order: 1e-4)."""
+    _, tok, _ = book_gpt
+    torch.manual_seed(0)
+    model = tl.DecoderOnlyLM(len(tok), 32, 4, 2, max_len=64, **switches).eval()
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / "m.onnx", tok)), providers=["CPUExecutionProvider"])
+    tokens = torch.randint(0, len(tok), (1, 12), generator=torch.Generator().manual_seed(1))
+    logits, attention = run(session, tokens)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(tokens)[:, -1], atol=1e-4, rtol=1e-4)
+    assert attention.shape == (1, 2, 4, 12, 12)
+
+
+def test_a_mixture_of_experts_is_refused_by_name(book_gpt, tmp_path):
+    _, tok, _ = book_gpt
+    with pytest.raises(ValueError, match="num_experts=4"):
+        export_onnx(tl.DecoderOnlyLM(len(tok), 32, 4, 1, num_experts=4), tmp_path / "m.onnx", tok)

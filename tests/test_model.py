@@ -132,3 +132,66 @@ def test_transformer_matches_torch(device, batch_first, norm_first, activation):
     out = ours(src, tgt, src_mask=src_mask, tgt_mask=causal, memory_mask=src_mask)
     assert torch.allclose(out, to_bf(expected, batch_first), atol=ATOL)
     assert tl.count_parameters(ours) == sum(p.numel() for p in ref.parameters())
+
+
+def test_qk_norm_equals_qwen3_with_copied_weights():
+    """QK-norm (qk_norm=True: RMSNorm of each head's q and k over head_dim, before RoPE) is Qwen3's
+    attention: a small Qwen3 from transformers with random weights, copied into a DecoderOnlyLM with
+    Llama's switches plus qk_norm, gives the same logits (float32 up to summation order: 1e-5)."""
+    transformers = pytest.importorskip("transformers")
+    from transformer_lib.model import LLAMA_SWITCHES
+    cfg = transformers.Qwen3Config(vocab_size=53, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=True, max_position_embeddings=64,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    torch.manual_seed(0)
+    ref = transformers.Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            if p.dim() == 1:  # the norms' gains start at one: draw them, so that each one is checked
+                p.normal_(1.0, 0.2)
+    ours = tl.DecoderOnlyLM(53, 32, 4, 2, d_ff=64, max_len=64, num_kv_heads=2, norm_eps=1e-6, qk_norm=True,
+                         **LLAMA_SWITCHES).eval()
+    names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.q_proj": "self_attn.q_proj",
+             "self_attn.k_proj": "self_attn.k_proj", "self_attn.v_proj": "self_attn.v_proj",
+             "self_attn.o_proj": "self_attn.out_proj", "self_attn.q_norm": "self_attn.q_norm",
+             "self_attn.k_norm": "self_attn.k_norm", "mlp.gate_proj": "ffn.linear1", "mlp.up_proj": "ffn.linear3",
+             "mlp.down_proj": "ffn.linear2"}
+    state = {"embed.weight": ref.model.embed_tokens.weight, "norm.weight": ref.model.norm.weight,
+             "head.weight": ref.model.embed_tokens.weight}
+    for i in range(2):
+        for theirs, mine in names.items():
+            state[f"blocks.{i}.{mine}.weight"] = ref.state_dict()[f"model.layers.{i}.{theirs}.weight"]
+    ours.load_state_dict(state)
+    tokens = torch.randint(0, 53, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(ours(tokens), ref(tokens).logits, atol=1e-5)
+        q_norm = ours.blocks[0].self_attn.q_norm
+        q_norm.weight.mul_(3.0)  # the switch matters: a changed gain changes the logits
+        assert not torch.allclose(ours(tokens), ref(tokens).logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("switches", [dict(positional="rope"), dict(positional="rope", num_kv_heads=1, norm="rms",
+                                                                    activation="swiglu", bias=False, norm_first=True),
+                                      dict(positional="learned", num_kv_heads=2), dict(positional="none")])
+def test_the_encoder_decoder_takes_the_decoders_switches(switches):
+    """Seq2SeqTransformer with RoPE (self-attention only), grouped-query attention, RMSNorm, SwiGLU:
+    cached decoding equals the full forward (greedy generation with and without the cache), and RoPE
+    makes the model depend on position even with no position table."""
+    torch.manual_seed(0)
+    model = tl.Seq2SeqTransformer(13, 17, d_model=32, num_heads=4, d_ff=64, **switches).eval()
+    attn = model.transformer.decoder.blocks[0].self_attn
+    assert attn.num_kv_heads == switches.get("num_kv_heads", 4)
+    assert (attn.rotary is not None) == (switches["positional"] == "rope")
+    assert model.transformer.decoder.blocks[0].cross_attn.rotary is None
+    src = torch.randint(0, 13, (2, 7), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(0, 17, (2, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(src, tgt)
+        dec = model.conditioned_on(src)
+        cache = dec.new_cache()
+        steps = torch.cat([dec(tgt[:, :2], cache=cache)] + [dec(tgt[:, t:t + 1], cache=cache) for t in range(2, 6)], 1)
+        torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+        assert torch.equal(generate(dec, tgt[:, :1], 5), generate(dec, tgt[:, :1], 5, use_cache=False))
+        if switches["positional"] == "rope":  # the same tokens in another order: other outputs
+            assert not torch.allclose(model(src.flip(1), tgt), full, atol=1e-3)

@@ -225,3 +225,16 @@ def test_sampling_is_seeded(lm):
 def test_bad_input_raises_value_error(lm, call):
     with pytest.raises(ValueError):
         call(lm)
+
+
+def test_smollm2_saves_and_reloads_equal_to_the_gguf_load(lm, tmp_path):
+    """The GGUF reader's configuration is the library's ModelConfig; save_pretrained writes it with
+    the weights, and from_pretrained gives back the same model (the same logits, bit for bit)."""
+    from transformer_lib.saving import from_pretrained, save_pretrained
+    assert lm.model.config == lm.config.model_config()
+    save_pretrained(lm.model, tmp_path)
+    again = from_pretrained(tmp_path)
+    ids = torch.tensor([lm.encode("The capital of France is")])
+    with torch.no_grad():
+        assert torch.equal(again(ids), lm.model(ids))
+    assert again.config == lm.model.config and again.config.context_length == again.config.max_len == 8192

@@ -12,7 +12,10 @@ Modules, one concept each:
 * :mod:`.positional` sinusoidal, learned, RoPE, ALiBi
 * :mod:`.layers` encoder and decoder layers, Post-LN and Pre-LN, with the hook points every block has
 * :mod:`.model` encoder, decoder, Transformer, Seq2SeqTransformer, DecoderOnlyLM (the reader's GPT
-  and, with Llama's switches, SmolLM2)
+  and, with Llama's switches, SmolLM2); :mod:`.config` their configurations (``ModelConfig``,
+  ``Seq2SeqConfig``: every switch, one field each); :mod:`.saving` ``save_pretrained`` /
+  ``from_pretrained`` (config.json + model.safetensors); :mod:`.latent_attention` DeepSeek's
+  multi-head latent attention (``attention="mla"``)
 * :mod:`.rnn` the recurrent baseline; :mod:`.cost` multiply-accumulate and parameter counts,
   work and depth levels
 * :mod:`.tiled` exact attention tile by tile with an online softmax (FlashAttention's idea, chapter 11)
@@ -49,6 +52,7 @@ separate package ``bookkit``; nothing here imports it.
 __version__ = "1.0.0"
 
 from .attention import attention_fast, scaled_dot_product_attention
+from .config import ModelConfig, Seq2SeqConfig
 from .cost import block_macs, cost_table, count_parameters, transformer_parameters
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
@@ -62,5 +66,6 @@ from .norms import LayerNorm, RMSNorm, TokenBatchNorm
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias, alibi_slopes, apply_rotary, sinusoidal_encoding)
 from .rnn import ElmanRNN, torch_rnn
+from .saving import from_pretrained, save_pretrained
 from .sparse import dilated_attention, sliding_window_attention
 from .tiled import tiled_attention

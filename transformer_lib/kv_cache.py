@@ -40,7 +40,8 @@ class KVCache:
     """Per-layer keys and values of the tokens seen so far.
 
     ``update(layer, k, v)`` appends the new (B, H_kv, L_new, d) keys/values of ``layer`` and
-    returns all of them so far, (B, H_kv, L_past + L_new, d) each (views into the buffer).
+    returns all of them so far, (B, H_kv, L_past + L_new, d) each (views into the buffer). Values
+    may have their own width (latent attention caches its latent as keys and its rotary key as values).
     :attr:`length` is the number of cached positions (the offset of the next token's position).
     Every layer must be updated once per step, in any order; the length advances when the last
     layer has been updated.
@@ -59,14 +60,14 @@ class KVCache:
         return min(self.lengths)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_cache_update(layer, k, v, self.keys)
+        check_cache_update(layer, k, v, self.keys, self.values)
         start, new = self.lengths[layer], k.shape[2]
         buf_k, buf_v = self.keys[layer], self.values[layer]
         if buf_k is None or start + new > buf_k.shape[2]:
             capacity = max(self.initial_capacity, 2 * (start + new))
             B, H, _, d = k.shape
             grown_k = k.new_empty(B, H, capacity, d)  # (B, H_kv, capacity, d)
-            grown_v = v.new_empty(B, H, capacity, d)
+            grown_v = v.new_empty(B, H, capacity, v.shape[3])  # (B, H_kv, capacity, d_v)
             if buf_k is not None:
                 grown_k[:, :, :start] = buf_k[:, :, :start]
                 grown_v[:, :, :start] = buf_v[:, :, :start]

@@ -13,50 +13,27 @@ the weighted sum of latents: attention then runs on the latents directly (``abso
 equal to the naive path that materialises every key and value. Either way the weighted sum is
 the library's one attention core (``attention._attention``) over queries and keys that join the
 two parts, ``[q_nope, q_R] . [k_nope, k_R]``: only what is attended in differs.
+
+It is an attention of the model like :class:`~transformer_lib.multihead.MultiHeadAttention`:
+``DecoderOnlyLM(..., attention="mla")`` builds every block with it (``ModelConfig``'s ``mla``
+fields), it is called the same way and returns ``(output, weights or None)``, it caches in the
+model's :class:`~transformer_lib.kv_cache.KVCache` (the latent as the "keys", (B, 1, T, r), and
+k_R as the "values", (B, 1, T, d_R): one shared entry for all heads), rotates with the library's
+one :class:`~transformer_lib.positional.RotaryEmbedding`, and passes each head's output and its
+weights through the block's hook points (``hook_z``, ``hook_pattern``), so the probes, generation,
+export and quantization see it like any other attention.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from ._checks import check_choice, check_features, check_int, check_latent_sizes
+from ._checks import (check_cache_layer, check_choice, check_features, check_int, check_latent_call,
+                      check_latent_sizes)
 from .attention import _attention
+from .masks import causal_mask
 from .norms import RMSNorm
-
-
-def rope_cos_sin(positions: torch.Tensor, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (L, dim) for the half-split ("rotate_half") RoPE layout used by Llama/DeepSeek."""
-    inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)   # (dim/2,)
-    freqs = positions.float()[:, None] * inv[None]                              # (L, dim/2)
-    emb = torch.cat([freqs, freqs], -1)                                         # (L, dim)
-    return emb.cos(), emb.sin()
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, -1)
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
-class LatentCache:
-    """Per layer: the latent ``c_KV`` (B, T, r) and the shared RoPE key ``k_R`` (B, T, d_R)."""
-
-    def __init__(self, num_layers: int = 1):
-        check_int("num_layers", num_layers)
-        self.latent: list[torch.Tensor | None] = [None] * num_layers
-        self.rope_key: list[torch.Tensor | None] = [None] * num_layers
-
-    def length(self, layer: int = 0) -> int:
-        return 0 if self.latent[layer] is None else self.latent[layer].shape[1]
-
-    def update(self, layer: int, c: torch.Tensor, k_r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.latent[layer] is not None:
-            c = torch.cat([self.latent[layer], c], 1)                   # (B, T + L, r)
-            k_r = torch.cat([self.rope_key[layer], k_r], 1)             # (B, T + L, d_R)
-        self.latent[layer], self.rope_key[layer] = c, k_r
-        return c, k_r
-
-    def nbytes(self) -> int:
-        return sum(t.nelement() * t.element_size() for t in self.latent + self.rope_key if t is not None)
+from .positional import RotaryEmbedding
 
 
 def cache_bytes_per_token(kind: str, *, num_heads: int = 1, head_dim: int = 1, num_kv_heads: int | None = None,
@@ -76,12 +53,20 @@ class LatentAttention(nn.Module):
     """DeepSeek's MLA (causal self-attention). Names follow transformers' ``DeepseekV3Attention``.
 
     ``q_lora_rank`` None: queries from one ``q_proj``; else low-rank ``q_a_proj`` -> RMSNorm ->
-    ``q_b_proj``. ``forward(x, cache=None, layer=0, absorbed=False)``.
+    ``q_b_proj``. ``rotary`` (default: RoPE over ``qk_rope_head_dim`` with ``rope_base``, the
+    'halves' layout of DeepSeek's checkpoints) rotates the rotary parts. ``absorbed`` is the default
+    of :meth:`forward`'s own ``absorbed``.
+
+    ``forward(query, cache=None, layer=0, absorbed=None, hook_z=None, hook_pattern=None,
+    need_weights=False)`` -> ``(output (B, L, d_model), weights (B, H, L, T) or None)``: causal
+    self-attention, called like :class:`~transformer_lib.multihead.MultiHeadAttention` (a key,
+    value, mask or score bias is refused by name: the latent is the only key there is).
     """
 
     def __init__(self, d_model: int, num_heads: int, kv_lora_rank: int, qk_nope_head_dim: int,
                  qk_rope_head_dim: int, v_head_dim: int, q_lora_rank: int | None = None,
-                 rope_base: float = 10000.0, eps: float = 1e-6, bias: bool = False):
+                 rope_base: float = 10000.0, eps: float = 1e-6, bias: bool = False,
+                 rotary: RotaryEmbedding | None = None, absorbed: bool = False):
         super().__init__()
         for name, v in [("d_model", d_model), ("num_heads", num_heads), ("kv_lora_rank", kv_lora_rank),
                         ("qk_nope_head_dim", qk_nope_head_dim), ("qk_rope_head_dim", qk_rope_head_dim),
@@ -93,7 +78,8 @@ class LatentAttention(nn.Module):
         self.d_model, self.num_heads, self.kv_lora_rank = d_model, num_heads, kv_lora_rank
         self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = qk_nope_head_dim, qk_rope_head_dim, v_head_dim
         self.qk_head_dim = qk_nope_head_dim + qk_rope_head_dim
-        self.q_lora_rank, self.rope_base = q_lora_rank, rope_base
+        self.q_lora_rank, self.rope_base, self.absorbed = q_lora_rank, rope_base, absorbed
+        self.rotary = RotaryEmbedding(qk_rope_head_dim, base=rope_base, style="halves") if rotary is None else rotary
         H = num_heads
         if q_lora_rank is None:
             self.q_proj = nn.Linear(d_model, H * self.qk_head_dim, bias=False)
@@ -112,39 +98,64 @@ class LatentAttention(nn.Module):
         B, L, _ = x.shape
         return q.view(B, L, self.num_heads, self.qk_head_dim).transpose(1, 2)   # (B, H, L, d_nope + d_R)
 
-    def forward(self, x: torch.Tensor, cache: LatentCache | None = None, layer: int = 0,
-                absorbed: bool = False) -> torch.Tensor:
-        check_features("x", x, self.d_model, dims=3)
+    @classmethod
+    def from_config(cls, config) -> "LatentAttention":
+        """The attention of a block of a :class:`~transformer_lib.config.ModelConfig` with
+        ``attention="mla"``: every latent-attention switch of the configuration is read here."""
+        head_dim = config.d_model // config.num_heads
+        rotary = RotaryEmbedding(config.qk_rope_head_dim, base=config.rope_base, style=config.rotary_style)
+        return cls(config.d_model, config.num_heads, config.kv_lora_rank, config.qk_nope_head_dim or head_dim,
+                   config.qk_rope_head_dim, config.v_head_dim or head_dim, config.q_lora_rank,
+                   rope_base=config.rope_base, eps=config.norm_eps, bias=config.bias, rotary=rotary)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, need_weights: bool = False, bias: torch.Tensor | None = None,
+                causal: bool = True, cache=None, layer: int = 0, hook_z: nn.Module | None = None,
+                hook_pattern: nn.Module | None = None, absorbed: bool | None = None):
+        check_features("query", query, self.d_model, dims=3)
+        check_latent_call(query, key, value, mask, bias, causal)
+        x = query
         B, L, _ = x.shape
         H, dn, dr, dv, r = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
-        start = 0 if cache is None else cache.length(layer)
+        absorbed = self.absorbed if absorbed is None else absorbed
+        start = 0
+        if cache is not None:
+            check_cache_layer(cache, layer)
+            start = cache.lengths[layer]
         q = self._queries(x)
         q_nope, q_rope = q.split([dn, dr], -1)                                 # (B, H, L, dn), (B, H, L, dr)
         c, k_r = self.kv_a_proj_with_mqa(x).split([r, dr], -1)                 # (B, L, r), (B, L, dr)
-        c = self.kv_a_layernorm(c)
-        cos, sin = rope_cos_sin(torch.arange(start, start + L, device=x.device), dr, self.rope_base)
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)                             # (L, dr)
-        q_rope = _rotate(q_rope, cos, sin)
-        k_r = _rotate(k_r, cos, sin)                                            # (B, L, dr), one for all heads
+        c = self.kv_a_layernorm(c).unsqueeze(1)                                 # (B, 1, L, r): one for all heads
+        q_rope = self.rotary(q_rope, offset=start)                              # positions start .. start + L - 1
+        k_r = self.rotary(k_r.unsqueeze(1), offset=start)                       # (B, 1, L, dr), one for all heads
         if cache is not None:
-            c, k_r = cache.update(layer, c, k_r)                                # (B, T, r), (B, T, dr)
-        T = c.shape[1]
-        w = self.kv_b_proj.weight.view(H, dn + dv, r)
-        w_uk, w_uv = w[:, :dn], w[:, dn:]                                       # (H, dn, r), (H, dv, r)
-        k_r = k_r.unsqueeze(1)                                                  # (B, 1, T, dr): one for all heads
+            c, k_r = cache.update(layer, c, k_r)                                # (B, 1, T, r), (B, 1, T, dr)
+        T = c.shape[2]
         if absorbed:  # attend in the latent space: W_UK folded into the queries, W_UV applied after
+            w = _weight(self.kv_b_proj).view(H, dn + dv, r)
+            w_uk, w_uv = w[:, :dn], w[:, dn:]                                   # (H, dn, r), (H, dv, r)
             q = torch.cat([torch.einsum("bhld,hdr->bhlr", q_nope, w_uk), q_rope], -1)  # (B, H, L, r + dr)
-            k = torch.cat([c.unsqueeze(1), k_r], -1)                            # (B, 1, T, r + dr), shared
-            v = c.unsqueeze(1)                                                  # (B, 1, T, r), shared
+            k = torch.cat([c, k_r], -1)                                         # (B, 1, T, r + dr), shared
+            v = c                                                               # (B, 1, T, r), shared
         else:
-            kv = self.kv_b_proj(c).view(B, T, H, dn + dv).transpose(1, 2)       # (B, H, T, dn + dv)
+            kv = self.kv_b_proj(c[:, 0]).view(B, T, H, dn + dv).transpose(1, 2)  # (B, H, T, dn + dv)
             k_nope, v = kv.split([dn, dv], -1)                                  # (B, H, T, dn), (B, H, T, dv)
             q = torch.cat([q_nope, q_rope], -1)                                 # (B, H, L, dn + dr)
             k = torch.cat([k_nope, k_r.expand(B, H, T, dr)], -1)                # (B, H, T, dn + dr)
-        causal = torch.ones(L, T, dtype=torch.bool, device=x.device).tril(T - L)  # (L, T): the cache's T - L come first
         # the library's one attention core; scores q . k = q_nope . k_nope + q_rope . k_rope, scaled
         # by the full head's 1 / sqrt(dn + dr) whatever the width attended in
-        out, _ = _attention(q, k, v, causal, self.scale, None, 0.0)             # (B, H, L, r or dv)
+        out, weights = _attention(q, k, v, causal_mask(L, T, x.device), self.scale, None, 0.0)  # (B, H, L, r or dv)
+        if hook_pattern is not None:
+            hook_pattern(weights)                                               # (B, H, L, T)
         if absorbed:
             out = torch.einsum("bhlr,hvr->bhlv", out, w_uv)                    # (B, H, L, r) -> (B, H, L, dv)
-        return self.o_proj(out.transpose(1, 2).reshape(B, L, H * dv))
+        z = out.transpose(1, 2)                                                 # (B, L, H, dv): each head's output
+        if hook_z is not None:
+            z = hook_z(z)
+        return self.o_proj(z.reshape(B, L, H * dv)), (weights if need_weights else None)
+
+
+def _weight(linear: nn.Module) -> torch.Tensor:
+    """A linear layer's (out, in) weight, decoded first when it is quantized (absorbed decoding
+    multiplies by the matrix itself, not through the layer)."""
+    return linear.weight if hasattr(linear, "weight") else linear.dequantized_weight()

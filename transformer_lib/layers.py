@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from ._checks import check_same_batch, check_torch_activation
 from .feedforward import FeedForward
+from .latent_attention import LatentAttention
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, make_norm
 
@@ -70,6 +71,8 @@ class EncoderLayer(nn.Module):
     residual + norm only (chapter 6's attention-only control).
 
     ``num_kv_heads`` < ``num_heads`` shares key/value heads (grouped-query attention).
+    ``attention`` (a built :class:`MultiHeadAttention`, as :meth:`from_config` passes) replaces the
+    attention the other arguments would build.
 
     Hook points (``nn.Identity``, no weights; see :mod:`transformer_lib.probes`): ``hook_attn_out``
     and ``hook_ffn_out`` (B, L, D) are what each sub-layer adds to the residual stream, ``hook_z``
@@ -80,11 +83,11 @@ class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, norm: str = "layer",
                  eps: float = 1e-5, rotary: nn.Module | None = None, bias: bool = True, ffn: bool = True,
-                 num_kv_heads: int | None = None):
+                 num_kv_heads: int | None = None, attention: MultiHeadAttention | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout,
-                                            rotary=rotary)
+        self.self_attn = attention if attention is not None else MultiHeadAttention(
+            d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout, rotary=rotary)
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps)
         self.norm2 = make_norm(norm, d_model, eps)
@@ -114,6 +117,18 @@ class EncoderLayer(nn.Module):
         return self.hook_resid_post(x)  # (B, L, D): the residual stream after this block
 
     @classmethod
+    def from_config(cls, config, rotary: nn.Module | None = None) -> "EncoderLayer":
+        """A block of a :class:`~transformer_lib.config.ModelConfig`'s decoder-only model; its
+        attention is built by :meth:`MultiHeadAttention.from_config`, or
+        :meth:`~transformer_lib.latent_attention.LatentAttention.from_config` for ``attention="mla"``
+        (first, as the keyword path does: the same random draws in the same order)."""
+        attention = (LatentAttention.from_config(config) if config.attention == "mla"
+                     else MultiHeadAttention.from_config(config, rotary))
+        return cls(config.d_model, config.num_heads, config.ffn_width, config.dropout, config.activation,
+                   config.norm_first, norm=config.norm, eps=config.norm_eps, bias=config.bias, ffn=config.ffn,
+                   attention=attention)
+
+    @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
         """Copy a ``torch.nn.TransformerEncoderLayer`` (any batch_first / norm_first, relu or gelu)."""
         return _from_torch(cls, layer, ("self_attn",), ("norm1", "norm2"))
@@ -126,15 +141,20 @@ class DecoderLayer(nn.Module):
     memory (B, L_s, d_model) encoder output; ``self_mask`` broadcastable to (B, H, L_t, L_t)
     (usually causal & target padding), ``memory_mask`` to (B, H, L_t, L_s) (source padding).
     Hook points as in :class:`EncoderLayer` (``hook_z``/``hook_pattern`` are the self-attention's).
+    ``num_kv_heads`` (grouped-query attention, both attentions) and ``rotary`` (RoPE, the
+    self-attention only) are the decoder-only block's switches.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, norm: str = "layer",
-                 eps: float = 1e-5, bias: bool = True):
+                 eps: float = 1e-5, bias: bool = True, rotary: nn.Module | None = None,
+                 num_kv_heads: int | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout, rotary=rotary)
+        # cross-attention: queries from the target, keys from the source, two position systems, so
+        # no rotation (T5 and the RoPE encoder-decoders rotate only within one sequence)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, num_kv_heads, bias=bias, dropout=dropout)
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = make_norm(norm, d_model, eps)
         self.norm2 = make_norm(norm, d_model, eps)

@@ -16,20 +16,20 @@ length), so feeding a prompt and then one token at a time gives the logits of on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import torch
 import torch.nn as nn
 
-from ._checks import (check_cache, check_context_length, check_decoder_options, check_int, check_number,
-                      check_same_batch, check_token_ids)
+from ._checks import check_cache, check_context_length, check_same_batch, check_token_ids
+from .config import ModelConfig, Seq2SeqConfig
 from .layers import DecoderLayer, EncoderLayer
 from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
 from .kv_cache import KVCache
-from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                         alibi_bias)
+from .positional import alibi_bias, position_modules
 
 __all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOnlyLM", "LLAMA_SWITCHES"]
 
@@ -77,20 +77,24 @@ class Transformer(nn.Module):
     decoder's self-attention (pass a causal mask), ``memory_mask`` (.., L_t, L_s) for cross-attention.
 
     ``final_norm`` adds a LayerNorm after each stack; it defaults to ``norm_first`` (Pre-LN needs
-    it; the paper's Post-LN does not). ``torch.nn.Transformer`` always has it.
+    it; the paper's Post-LN does not). ``torch.nn.Transformer`` always has it. ``norm``, ``bias``,
+    ``num_kv_heads`` and ``rotary`` are the decoder-only model's switches, for every block (the
+    rotation in self-attention only).
     """
 
     def __init__(self, d_model: int = 512, num_heads: int = 8, num_encoder_layers: int = 6,
                  num_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.0,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool | None = None,
-                 eps: float = 1e-5):
+                 eps: float = 1e-5, norm: str = "layer", bias: bool = True, num_kv_heads: int | None = None,
+                 rotary: nn.Module | None = None):
         super().__init__()
         final_norm = norm_first if final_norm is None else final_norm
         self.d_model = d_model
-        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
-        dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, eps=eps)
-        self.encoder = Encoder(enc, num_encoder_layers, LayerNorm(d_model, eps) if final_norm else None)
-        self.decoder = Decoder(dec, num_decoder_layers, LayerNorm(d_model, eps) if final_norm else None)
+        switches = dict(norm=norm, eps=eps, bias=bias, num_kv_heads=num_kv_heads, rotary=rotary)
+        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
+        dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
+        self.encoder = Encoder(enc, num_encoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
+        self.decoder = Decoder(dec, num_decoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None):
         check_same_batch("src", src.shape[0], "tgt", tgt.shape[0])
@@ -124,27 +128,38 @@ class Seq2SeqTransformer(nn.Module):
 
     ``forward(src, tgt_in, src_lengths=None)`` returns logits (B, L_t, V). ``tgt_in`` is the target
     shifted right (BOS first): teacher forcing, all positions trained in parallel.
+
+    Built from a :class:`~transformer_lib.config.Seq2SeqConfig` or its fields as arguments, like
+    :class:`DecoderOnlyLM`, with the same position, norm, activation, bias and grouped-query
+    switches (``positional="rope"`` rotates within the encoder's and the decoder's self-attention).
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, num_heads: int = 4,
-                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, d_ff: int = 256,
-                 dropout: float = 0.0, max_len: int = 512, norm_first: bool = False):
+    def __init__(self, *args, **switches):
         super().__init__()
-        self.d_model = d_model
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        self.transformer = Transformer(d_model, num_heads, num_encoder_layers, num_decoder_layers,
-                                       d_ff, dropout, norm_first=norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab)
+        if args and isinstance(args[0], Seq2SeqConfig):  # Seq2SeqTransformer(config) or (config, **changes)
+            if len(args) > 1:
+                raise TypeError("Seq2SeqTransformer(config, ...): give changes to a config as keywords")
+            config = dataclasses.replace(args[0], **switches)
+        else:  # Seq2SeqTransformer(src_vocab, tgt_vocab, d_model, ..., **switches): the fields of Seq2SeqConfig
+            config = Seq2SeqConfig(*args, **switches)
+        self.config = c = config
+        self.d_model = c.d_model
+        self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
+        self.pos, rotary = position_modules(c)  # one table for both sides, or RoPE in the self-attentions
+        self.transformer = Transformer(c.d_model, c.num_heads, c.num_encoder_layers, c.num_decoder_layers,
+                                       c.d_ff, c.dropout, c.activation, norm_first=c.norm_first, eps=c.norm_eps,
+                                       norm=c.norm, bias=c.bias, num_kv_heads=c.num_kv_heads, rotary=rotary)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab, bias=c.bias)
         # Embeddings are multiplied by sqrt(d_model) in _embed; starting them at std 1/sqrt(d_model)
         # makes the product unit-scale, comparable with the positional encoding (whose entries
         # lie in [-1, 1]). With torch's default N(0, 1) the positions would be drowned 8:1 at d=64.
         for emb in (self.src_embed, self.tgt_embed):
-            nn.init.normal_(emb.weight, std=d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=c.d_model ** -0.5)
 
     def _embed(self, emb: nn.Embedding, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return self.pos(emb(tokens) * math.sqrt(self.d_model), offset)  # (B, L, D)
+        x = emb(tokens) * math.sqrt(self.d_model)  # (B, L, D)
+        return x if self.pos is None else self.pos(x, offset)
 
     def src_mask(self, src: torch.Tensor, src_lengths=None) -> torch.Tensor | None:
         if src_lengths is None:
@@ -207,6 +222,11 @@ class DecoderOnlyLM(nn.Module):
     (:class:`~transformer_lib.layers.EncoderLayer`), a final norm and a linear head, by default
     tied to the embedding.
 
+    Built from a :class:`~transformer_lib.config.ModelConfig`, ``DecoderOnlyLM(config)``, or from
+    that configuration's fields, ``DecoderOnlyLM(61, 32, 4, 2, positional="rope")`` (the same
+    model); ``model.config`` is the configuration, saved beside the weights by
+    :func:`transformer_lib.saving.save_pretrained`.
+
     ``positional`` is one of 'sinusoidal', 'learned', 'rope', 'alibi', 'none'; ``norm`` is
     'layer' or 'rms'; ``activation`` 'relu', 'gelu' or 'swiglu'. ``forward(tokens, cache=None)`` ->
     logits (B, L, V); with a cache from :meth:`new_cache` the tokens continue after the cached ones
@@ -234,51 +254,31 @@ class DecoderOnlyLM(nn.Module):
     untrained model starts confidently wrong (chapter 16).
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 d_ff: int | None = None, max_len: int = 256, dropout: float = 0.0,
-                 positional: str = "learned", norm: str = "layer", activation: str = "gelu",
-                 norm_first: bool = True, tie_weights: bool = True, ffn: bool = True,
-                 init_std: float | None = None, num_kv_heads: int | None = None, bias: bool = True,
-                 rope_base: float = 10000.0, rotary_style: str = "interleaved", norm_eps: float = 1e-5,
-                 context_length: int | None = None, num_experts: int | None = None, top_k: int = 2):
+    def __init__(self, *args, **switches):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
-                            ("num_layers", num_layers), ("max_len", max_len)):
-            check_int(name, value)
-        if d_ff is not None:
-            check_int("d_ff", d_ff)
-        if init_std is not None:
-            check_number("init_std", init_std, 0, low_open=True)
-        check_number("norm_eps", norm_eps, 0, low_open=True)
-        if context_length is not None:
-            check_int("context_length", context_length)
-        self.context_length = context_length
-        check_decoder_options(positional, ffn, num_experts)
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.positional, self.num_heads, self.max_len = positional, num_heads, max_len
-        self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = None
-        if positional == "sinusoidal":
-            self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        elif positional == "learned":
-            self.pos = LearnedPositionalEmbedding(max_len, d_model, dropout)
-        # one RotaryEmbedding shared by every block (it has no weights, only a table of angles)
-        rotary = RotaryEmbedding(d_model // num_heads, base=rope_base, style=rotary_style) \
-            if positional == "rope" else None
-        self.blocks = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, norm=norm, eps=norm_eps,
-                         rotary=rotary, bias=bias, ffn=ffn, num_kv_heads=num_kv_heads)
-            for _ in range(num_layers))
-        if num_experts is not None:
-            moe_decoder(self, num_experts=num_experts, top_k=top_k)  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
-        self.norm = make_norm(norm, d_model, norm_eps) if norm_first else None
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-        if tie_weights:
+        if args and isinstance(args[0], ModelConfig):  # DecoderOnlyLM(config) or (config, **changes)
+            if len(args) > 1:
+                raise TypeError("DecoderOnlyLM(config, ...): give changes to a config as keywords")
+            config = dataclasses.replace(args[0], **switches)
+        else:  # DecoderOnlyLM(vocab_size, d_model, ..., **switches): the fields of ModelConfig
+            config = ModelConfig(*args, **switches)
+        self.config = c = config
+        self.context_length = c.context_length
+        self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos, rotary = position_modules(c)  # a table added to the embeddings, or one RoPE for every block
+        self.blocks = nn.ModuleList(EncoderLayer.from_config(c, rotary) for _ in range(c.num_layers))
+        if c.num_experts is not None:  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
+            moe_decoder(self, num_experts=c.num_experts, top_k=c.top_k, shared_experts=c.shared_experts,
+                        capacity_factor=c.capacity_factor)
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else None
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_weights:
             self.head.weight = self.embed.weight  # one Parameter: the head reads x @ E^T
-        if init_std is not None:
+        if c.init_std is not None:
             for module in self.modules():
                 if isinstance(module, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(module.weight, std=init_std)
+                    nn.init.normal_(module.weight, std=c.init_std)
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
 

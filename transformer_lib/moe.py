@@ -13,6 +13,8 @@ loop can add :func:`load_balancing_loss` (Switch Transformer, Mixtral) without c
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -143,7 +145,8 @@ def ffn_of(block) -> nn.Module:
 
 def moe_decoder(model: nn.Module, num_experts: int, top_k: int = 2, d_ff: int | None = None,
                 copy_dense: bool = False, **kwargs) -> nn.Module:
-    """Replace every block's FFN of a ``DecoderOnlyLM`` by a :class:`MixtureOfExperts` in place.
+    """Replace every block's FFN of a ``DecoderOnlyLM`` by a :class:`MixtureOfExperts` in place
+    (and its ``config`` by one that builds that model: ``DecoderOnlyLM(num_experts=...)`` calls this).
 
     ``d_ff`` defaults to the dense FFN's. ``copy_dense=True`` starts every expert as a copy of the
     dense SwiGLU FFN (upcycling): routing weights sum to one, so the model's outputs are unchanged.
@@ -161,6 +164,10 @@ def moe_decoder(model: nn.Module, num_experts: int, top_k: int = 2, d_ff: int | 
             for expert in moe.experts:
                 expert.load_state_dict(dense.state_dict())
         block.ffn = moe
+    if getattr(model, "config", None) is not None:  # a DecoderOnlyLM: its configuration says what it now is
+        model.config = dataclasses.replace(model.config, num_experts=num_experts, top_k=top_k,
+                                           d_ff=model.config.d_ff if d_ff is None else d_ff,
+                                           shared_experts=len(moe.shared), capacity_factor=moe.capacity_factor)
     return model
 
 

@@ -31,6 +31,7 @@ from ._checks import (check_cache_layer, check_causal_lengths, check_divisible, 
                       check_mha_inputs, check_probability, check_score_bias, check_torch_mha)
 from .attention import _attention, _attention_fast
 from .masks import causal_mask
+from .norms import RMSNorm
 
 __all__ = ["MultiHeadAttention", "split_heads", "merge_heads", "repeat_kv", "is_hooked"]
 
@@ -75,6 +76,8 @@ class MultiHeadAttention(nn.Module):
 
     Optional ``rotary`` (a :class:`~transformer_lib.positional.RotaryEmbedding`) rotates queries
     and keys by position after the projections; ``bias`` in :meth:`forward` adds e.g. ALiBi.
+    ``qk_norm=True`` RMS-normalises each head's queries and keys over head_dim (learned gains,
+    epsilon ``norm_eps``) before the rotation, as OLMo 2 and Qwen3 do.
 
     ``cache`` (a :class:`~transformer_lib.kv_cache.KVCache`, self-attention only) appends this
     call's keys and values under index ``layer`` and attends over all cached ones: the query's
@@ -89,7 +92,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None, head_dim: int | None = None,
-                 bias: bool = True, dropout: float = 0.0, rotary: nn.Module | None = None):
+                 bias: bool = True, dropout: float = 0.0, rotary: nn.Module | None = None,
+                 qk_norm: bool = False, norm_eps: float = 1e-6):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         check_int("d_model", d_model)
@@ -111,6 +115,17 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)  # W^V: shared by g query heads
         self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)  # W^O
         self.rotary = rotary
+        # QK-norm (OLMo 2, Qwen3): each head's queries and keys RMS-normed over head_dim before RoPE,
+        # so that no logit q.k can grow without bound (a cause of loss spikes in large runs)
+        self.q_norm = RMSNorm(head_dim, norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, norm_eps) if qk_norm else None
+
+    @classmethod
+    def from_config(cls, config, rotary: nn.Module | None = None) -> "MultiHeadAttention":
+        """The self-attention of a block of a :class:`~transformer_lib.config.ModelConfig`'s model:
+        every attention switch of the configuration is read here, and only here."""
+        return cls(config.d_model, config.num_heads, config.num_kv_heads, bias=config.bias, dropout=config.dropout,
+                   rotary=rotary, qk_norm=config.qk_norm, norm_eps=config.norm_eps)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None, mask: torch.Tensor | None = None,
@@ -132,6 +147,8 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, L_q, d)
         k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, L_k, d)
         v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, H_kv, L_k, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # over each head's d features
         if self.rotary is not None:  # positions past .. past + L - 1
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         if cache is not None:

@@ -19,6 +19,7 @@ from ._checks import (check_choice, check_divisible, check_int, check_number, ch
                       check_probability, check_rotary_positions)
 
 __all__ = [
+    "position_modules",
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
@@ -190,3 +191,18 @@ def alibi_bias(num_heads: int, L_q: int, L_k: int | None = None, device=None) ->
     distance = (i - j).abs().float()  # (L_q, L_k)
     slopes = alibi_slopes(num_heads).to(device)  # (H,)
     return -(slopes[:, None, None] * distance).unsqueeze(0)  # (1, H, L_q, L_k)
+
+
+def position_modules(config) -> tuple[nn.Module | None, "RotaryEmbedding | None"]:
+    """What a model's ``positional`` switch builds (a ModelConfig or a Seq2SeqConfig): the table
+    added to the embeddings ('sinusoidal', 'learned'; None otherwise) and the rotation its
+    attentions share ('rope': one RotaryEmbedding, no weights, only a table of angles; else None).
+    ALiBi and 'none' build neither (ALiBi is a bias on the scores)."""
+    table = None
+    if config.positional == "sinusoidal":
+        table = SinusoidalPositionalEncoding(config.d_model, config.max_len, config.dropout)
+    elif config.positional == "learned":
+        table = LearnedPositionalEmbedding(config.max_len, config.d_model, config.dropout)
+    rotary = RotaryEmbedding(config.d_model // config.num_heads, base=config.rope_base, style=config.rotary_style) \
+        if config.positional == "rope" else None
+    return table, rotary

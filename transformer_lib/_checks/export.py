@@ -17,6 +17,10 @@ def check_export_args(model, path, tokenizer, opset: int) -> Path:
     nothing above it."""
     if not (hasattr(model, "positional") and hasattr(model, "embed") and hasattr(model, "blocks")):
         raise TypeError(f"model must be a DecoderOnlyLM (chapter 16's GPT), got {type(model).__name__}")
+    experts = getattr(getattr(model, "config", None), "num_experts", None)
+    if experts is not None:
+        raise ValueError(f"model: a mixture of experts (num_experts={experts}) sends each token to the experts its "
+                         f"values choose, a data-dependent shape that torch.export cannot trace; export a dense model")
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a str or Path ending in .onnx, got {type(path).__name__}")
     path = Path(path)

@@ -20,16 +20,19 @@ def check_new_cache(num_layers, initial_capacity) -> None:
     check_int("initial_capacity", initial_capacity)
 
 
-def check_cache_update(layer, k, v, cached_keys: list) -> None:
+def check_cache_update(layer, k, v, cached_keys: list, cached_values: list | None = None) -> None:
     """New keys and values for one layer: ``layer`` indexes ``cached_keys`` (one buffer or None
-    per layer), k and v have one shape (B, H_kv, L, d), and once the layer holds keys the same
-    B, H_kv and d."""
+    per layer), k (B, H_kv, L, d_k) and v (B, H_kv, L, d_v) (d_v may differ: latent attention
+    caches its latent and its rotary key), and once the layer holds keys the same B, H_kv and d_k."""
     check_int("layer", layer, 0, len(cached_keys) - 1)
     cached_k = cached_keys[layer]
-    if k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(f"expected k and v of equal shape (B, H_kv, L, d), got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"expected k (B, H_kv, L, d_k) and v (B, H_kv, L, d_v), got {tuple(k.shape)} and {tuple(v.shape)}")
     if cached_k is not None and (cached_k.shape[:2] != k.shape[:2] or cached_k.shape[3] != k.shape[3]):
         raise ValueError(f"cached keys are (B, H_kv, ., d) = {tuple(cached_k.shape)}, new keys {tuple(k.shape)} do not fit")
+    cached_v = None if cached_values is None else cached_values[layer]
+    if cached_v is not None and cached_v.shape[3] != v.shape[3]:
+        raise ValueError(f"cached values are (B, H_kv, ., d_v) = {tuple(cached_v.shape)}, new values {tuple(v.shape)} do not fit")
 
 
 def check_reorder_index(index, batch: int | None) -> None:

@@ -72,6 +72,17 @@ def check_latent_sizes(num_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_d
                          f" + v_head_dim) = {full}, the width it compresses")
 
 
+def check_latent_call(query, key, value, mask, bias, causal) -> None:
+    """Latent attention is causal self-attention over its own latents: no other key or value, no
+    mask or score bias of the caller's (the model's switches refuse the rest by name)."""
+    for name, given in (("key", key), ("value", value), ("mask", mask), ("bias", bias)):
+        if given is not None and not (name in ("key", "value") and given is query):
+            raise ValueError(f"{name}: latent attention (attention='mla') is causal self-attention over its "
+                             f"own cached latent and takes no {name}")
+    if causal is not True:
+        raise ValueError("causal: latent attention (attention='mla') is always causal; got causal=False")
+
+
 def check_positions_fit(length: int, max_len: int) -> None:
     """A learned position table has ``max_len`` rows: no vector for a later position."""
     if length > max_len:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks.pretrained import check_full_rotary, check_llama_metadata, check_tied_head
+from ..config import ModelConfig
 from ..model import LLAMA_SWITCHES, DecoderOnlyLM
 from .gguf import unpermute_rotary_rows
 
@@ -53,6 +54,11 @@ class LlamaConfig:
                     num_kv_heads=self.num_kv_heads, rope_base=self.rope_base, norm_eps=self.norm_eps,
                     **dict(LLAMA_SWITCHES, rotary_style=self.rotary_style))
 
+    def model_config(self) -> ModelConfig:
+        """The same model as the library's :class:`~transformer_lib.config.ModelConfig` (what
+        :func:`~transformer_lib.saving.save_pretrained` writes beside the weights)."""
+        return ModelConfig(**self.model_kwargs())
+
     @classmethod
     def from_gguf(cls, meta: dict) -> "LlamaConfig":
         check_llama_metadata(meta)
@@ -73,7 +79,7 @@ def llama_decoder(cfg: LlamaConfig) -> DecoderOnlyLM:
     """The :class:`~transformer_lib.model.DecoderOnlyLM` of ``cfg``: chapter 16's GPT with
     :data:`~transformer_lib.model.LLAMA_SWITCHES` (random weights; build it under
     ``torch.device("meta")`` and load a state dict to skip their initialization)."""
-    return DecoderOnlyLM(**cfg.model_kwargs())
+    return DecoderOnlyLM(cfg.model_config())
 
 
 # GGUF tensor name in block i -> the name in DecoderOnlyLM's block i

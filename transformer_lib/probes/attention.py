@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from .._checks import check_bool_mask, check_has_attention
 from ..masks import causal_mask, prefix_lm_mask
+from ..latent_attention import LatentAttention
 from ..multihead import MultiHeadAttention
 
 __all__ = ["AttentionCall", "record_attention", "mask_kind"]
@@ -80,7 +81,7 @@ class AttentionCall:
 
 
 def _attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, (MultiHeadAttention, LatentAttention))]
 
 
 def _call_inputs(bound: inspect.BoundArguments):
@@ -119,11 +120,10 @@ def record_attention(model: nn.Module, weights: bool = False) -> Iterator[list[A
     modules = _attention_modules(model) if isinstance(model, nn.Module) else []
     check_has_attention(model, modules)
     calls: list[AttentionCall] = []
-    signature = inspect.signature(MultiHeadAttention.forward)
     pending: dict[int, tuple] = {}  # id(module) -> its call's inputs, read before the cache grows
 
     def before(module, args, kwargs):
-        bound = signature.bind(module, *args, **kwargs)
+        bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs)  # one interface, two classes
         bound.apply_defaults()
         pending[id(module)] = _call_inputs(bound)
         if weights:

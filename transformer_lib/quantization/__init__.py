@@ -22,7 +22,7 @@ with its GGUF file's own 4-bit blocks.
 from .formats import (FORMATS, absmax_int8, bytes_per_block, dequantize_blocks, minmax_int4, quantize_blocks,
                       round_trip)
 from .gptq import gptq_blocks, gptq_codes, input_hessians, output_error
-from .fused import FusedDecodeStep, decode_step_reference, fuse_rows
+from .fused import FUSED_ANY, FUSED_VALUES, FusedDecodeStep, decode_step_reference, fuse_rows, fused_refusal
 from .gguf_blocks import gguf_widths, load_smollm2_quantized, read_gguf_blocks
 from .kernels import (ACTIVATIONS, PATHS, kernel_available, kernel_paths, matmul, matvec, matvec_reference,
                       quantize_activations, simd_available, vnni_available)
@@ -36,5 +36,5 @@ __all__ = ["FORMATS", "absmax_int8", "minmax_int4", "bytes_per_block", "quantize
            "quantize_activations", "ACTIVATIONS", "QuantizedLinear",
            "QuantizedEmbedding", "quantize", "weight_bytes", "DEFAULT_WIDTHS", "TENSOR_GROUPS",
            "tensor_group", "gguf_widths", "load_smollm2_quantized",
-           "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference",
+           "read_gguf_blocks", "decode_ceiling", "flops_per_byte", "FusedDecodeStep", "decode_step_reference", "fused_refusal", "FUSED_VALUES", "FUSED_ANY",
            "fuse_rows", "gptq_codes", "gptq_blocks", "input_hessians", "output_error"]

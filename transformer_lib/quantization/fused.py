@@ -15,15 +15,18 @@ one C++ call (``csrc/matvec.cpp``, ``decode_step``) that does the whole block fo
 
 It plugs into any :class:`~transformer_lib.model.DecoderOnlyLM` through the model's
 ``decode_step`` attribute (:func:`~.modules.quantize` sets it): the model offers it each cached
-step, and the step runs only when the model's configuration is the one the kernel computes (RoPE
-with the 'halves' layout, RMSNorm, SwiGLU, no biases, quantized layers in one format), returning
-None otherwise. Everything else (a prompt's prefill, batches, hooks being recorded, gradients on)
+step, and the step runs only when the model's configuration (``model.config``, a
+:class:`~transformer_lib.config.ModelConfig`) is one the kernel computes, field by field
+(:data:`FUSED_VALUES`, :func:`fused_refusal`: RoPE with the 'halves' layout, RMSNorm, Pre-LN,
+SwiGLU, no biases, no experts, and every other switch at its default), and its linear layers are
+quantized in one format; otherwise it returns None. Everything else (a prompt's prefill, batches, hooks being recorded, gradients on)
 takes the modules' path, the model's own blocks, unchanged.
 :func:`decode_step_reference` is the same fused step written in PyTorch, readable, and the tests
 hold kernel, reference and modules equal to float32 rounding.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -31,10 +34,32 @@ import torch.nn.functional as F
 
 from .._checks import check_cache, check_token_ids
 from ..multihead import is_hooked
-from ..norms import RMSNorm
 from .kernels import _ops, kernel_available
 
-__all__ = ["FusedDecodeStep", "decode_step_reference", "fuse_rows"]
+__all__ = ["FusedDecodeStep", "decode_step_reference", "fuse_rows", "FUSED_VALUES", "FUSED_ANY", "fused_refusal"]
+
+# What the compiled step computes, by field of ModelConfig. A field in FUSED_ANY may hold any value
+# (sizes, and what acts only in training); a field in FUSED_VALUES must hold one of the values
+# listed; every other field must hold its default: a switch added after the kernel was written,
+# left off, changes nothing the kernel computes, and switched on it sends the step to the modules.
+FUSED_VALUES = {"positional": ("rope",), "rotary_style": ("halves",), "norm": ("rms",), "activation": ("swiglu",),
+                "norm_first": (True,), "bias": (False,), "ffn": (True,), "num_experts": (None,)}
+FUSED_ANY = {"vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len", "dropout", "tie_weights",
+             "init_std", "num_kv_heads", "rope_base", "norm_eps", "context_length", "top_k",
+             # sizes of latent attention, read only with attention='mla' (which the step does not compute)
+             "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}
+
+
+def fused_refusal(config) -> str | None:
+    """None when the fused step computes the model of ``config`` (a ModelConfig); otherwise the first
+    switch it does not compute, as ``"name=value"``."""
+    for field in dataclasses.fields(config):
+        if field.name in FUSED_ANY:
+            continue
+        value = getattr(config, field.name)
+        if value not in FUSED_VALUES.get(field.name, (field.default,)):
+            return f"{field.name}={value!r}"
+    return None
 
 
 def _quantized(m) -> bool:
@@ -67,14 +92,12 @@ def decode_step_reference(model, x: torch.Tensor, keys: list[torch.Tensor],
     place. Returns x after the last block (before the final norm). What ``decode_step`` computes."""
     attn0 = model.blocks[0].self_attn
     H, H_kv, d, eps = attn0.num_heads, attn0.num_kv_heads, attn0.head_dim, model.norm.eps
-    cos, sin = (t[pos] for t in attn0.rotary.cos_sin(pos + 1, x.device, x.dtype))  # (d/2,) each
 
     def rms(v, w):
         return w * (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps))
 
-    def rope(v):  # (heads, d), pairs (i, i + d/2)
-        v1, v2 = v.chunk(2, dim=-1)
-        return torch.cat((v1 * cos - v2 * sin, v1 * sin + v2 * cos), dim=-1)
+    def rope(v):  # (heads, d): the model's own RotaryEmbedding at position pos (one position, L = 1)
+        return attn0.rotary(v[:, None], offset=pos)[:, 0]
 
     def product(layers, v):  # one pass over the layers' rows: (1, K) -> (1, sum of N)
         return torch.cat([m(v) for m in layers], dim=-1)
@@ -128,16 +151,12 @@ class FusedDecodeStep:
             return plan
         self._plan = None
         ok, _ = kernel_available()
-        rotary = model.blocks[0].self_attn.rotary
-        if not ok or rotary is None or rotary.style != "halves" or model.pos is not None \
-                or not isinstance(model.norm, RMSNorm) or not _quantized(model.head):
+        config = getattr(model, "config", None)
+        if not ok or config is None or fused_refusal(config) is not None or not _quantized(model.head):
             return None
         weights, norms, fmt = [], [], set()
         for block in model.blocks:
             attn, ffn = block.self_attn, block.ffn
-            if not block.norm_first or ffn.activation != "swiglu" or not all(
-                    isinstance(n, RMSNorm) and n.eps == model.norm.eps for n in (block.norm1, block.norm2)):
-                return None
             qkv = fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
             gate_up = fuse_rows([ffn.linear1, ffn.linear3]) if qkv is not None else None
             rest = [attn.out_proj, ffn.linear2]

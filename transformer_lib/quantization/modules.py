@@ -128,7 +128,10 @@ DEFAULT_WIDTHS = {"embedding": 8}
 # The one place that knows the blocks' attribute names (the last part of a linear layer's name).
 _GROUP_OF_LAYER = {"q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "out_proj": "attn_out",
                    "linear1": "ffn_in", "linear3": "ffn_in", "linear2": "ffn_out", "head": "embedding",
-                   "lm_head": "embedding"}
+                   "lm_head": "embedding",
+                   # latent attention (DeepSeek's names): the query and latent projections, the output
+                   "q_a_proj": "attn_in", "q_b_proj": "attn_in", "kv_a_proj_with_mqa": "attn_in", "kv_b_proj": "attn_in",
+                   "o_proj": "attn_out"}
 
 
 def tensor_group(name: str) -> str:
