@@ -129,6 +129,9 @@ def _check_merge(answer):
         out, lse = _pair(answer(*(p.clone() for p in parts)), "merge")
         _, expected_lse = merge_partial_attention(*parts)
         label = f"keys split at {split}" + (", large scores" if offset else "")
-        compare_arrays(out, scaled_dot_product_attention(q, k, v)[0], what=f"the merged output ({label})")
+        # float32 rounds a score near 400 by ~3e-5, and the softmax passes that on to the output
+        atol = 1e-4 if offset else 1e-5
+        compare_arrays(out, scaled_dot_product_attention(q, k, v)[0], what=f"the merged output ({label})",
+                       atol=atol)
         compare_arrays(lse, expected_lse, what=f"the merged lse ({label})", rtol=1e-5)
     return "the merged halves equal attention over all keys, also for scores near 400."
