@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     for name in chosen:
         start, start_cpu = time.perf_counter(), time.process_time()
         if name == "forests":
-            payload["ch18_imbalance"] = forests_experiment(list(range(args.forest_seeds)))
+            payload["appA_imbalance"] = forests_experiment(list(range(args.forest_seeds)))
         elif name == "rope":
             payload["ch05_rope_extrapolation"] = rope_experiment(list(range(args.seeds)))
         else:
@@ -279,8 +279,8 @@ def main(argv=None) -> int:
 
 
 def report(payload: dict) -> None:
-    if "ch18_imbalance" in payload:
-        r = payload["ch18_imbalance"]
+    if "appA_imbalance" in payload:
+        r = payload["appA_imbalance"]
         print(f"\nAppendix A: minority F1 over {len(r['seeds'])} seeds (median [min, max])")
         for row in r["rows"]:
             cells = " | ".join(f"{n[:26]:>26} {s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"
