@@ -9,7 +9,7 @@ FLOPs counted by ``profiling.count_flops``; time by ``profiling.time_call`` (min
 MoE's time includes the routing and the gather/scatter of tokens per expert.
 
 Cache: bytes per token a layer for MHA, GQA, MQA and MLA, computed by
-``latent_attention.cache_bytes_per_token`` and measured on a ``LatentCache`` filled by a real
+``latent_attention.cache_bytes_per_token`` and measured on a ``KVCache`` filled by a real
 ``LatentAttention``, at a small model's shapes and at SmolLM2-135M's (30 layers, 9 heads, 3 KV
 heads, head_dim 64, bf16), with an MLA of DeepSeek-V3's proportions (latent 4 x head_dim, RoPE
 key head_dim / 2). Prints a table, asserts nothing, writes benchmarks/results/moe.json.
@@ -26,7 +26,8 @@ from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.device import cpu_threads  # noqa: E402
 from transformer_lib.feedforward import FeedForward  # noqa: E402
-from transformer_lib.latent_attention import LatentAttention, LatentCache, cache_bytes_per_token  # noqa: E402
+from transformer_lib import KVCache  # noqa: E402
+from transformer_lib.latent_attention import LatentAttention, cache_bytes_per_token  # noqa: E402
 from transformer_lib.moe import MixtureOfExperts  # noqa: E402
 from transformer_lib.profiling import count_flops, time_call  # noqa: E402
 
@@ -65,12 +66,12 @@ def cache_rows():
         row["mqa"] = cache_bytes_per_token("mqa", head_dim=s["hd"], num_layers=s["L"], bytes_per_element=s["bpe"])
         row["mla"] = cache_bytes_per_token("mla", kv_lora_rank=r, qk_rope_head_dim=dr, num_layers=s["L"],
                                            bytes_per_element=s["bpe"])
-        # measured: a real LatentAttention fills a LatentCache with 64 tokens in every layer
+        # measured: a real LatentAttention fills a KVCache with 64 tokens in every layer
         torch.manual_seed(0)
         dtype = torch.bfloat16 if s["bpe"] == 2 else torch.float32
         d_model = s["H"] * s["hd"]
         attn = LatentAttention(d_model, s["H"], r, s["hd"] - dr, dr, s["hd"]).to(dtype).eval()
-        cache = LatentCache(s["L"])
+        cache = KVCache(s["L"])
         with torch.no_grad(), cpu_threads(1):
             for layer in range(s["L"]):
                 attn(torch.randn(1, 64, d_model, dtype=dtype), cache=cache, layer=layer)
