@@ -2,13 +2,15 @@
 save the checkpoint the chapter loads.
 
     python benchmarks/train_gpt.py            # about 30 minutes on a busy CPU core (one thread)
-    python benchmarks/train_gpt.py long grid  # only some phases (main, ablations, grid, long), merged
-                                              # into the existing results file
+    python benchmarks/train_gpt.py long grid  # only some phases (main, ablations, grid, long, seeds),
+                                              # merged into the existing results file
+    python benchmarks/train_gpt.py seeds      # the seed sweep alone: about 6 minutes of CPU (3 processes)
 
 Writes ``transformer_lib/data/book_gpt.pt`` (the model in float16, < 1 MB, with its tokenizer)
 and ``benchmarks/results/train_gpt.json``: the main run's curves, one short run per recipe
-ablation (each changes one thing against the same baseline), and a learning-rate x warmup grid
-of loss curves for the chapter's widget. Everything is seeded and runs on one CPU thread, so a
+ablation (each changes one thing against the same baseline), the same ablations that change the
+loss most re-run on four more seeds (the spread a one-seed table cannot show), and a
+learning-rate x warmup grid of loss curves for the chapter's widget. Everything is seeded and runs on one CPU thread, so a
 rerun gives the same numbers.
 """
 from __future__ import annotations
@@ -50,6 +52,11 @@ ABLATIONS = {  # name -> (what changes in the model, what changes in training)
     "label smoothing 0.1": ({}, {"label_smoothing": 0.1}),
     "torch's default init (N(0,1) tied embedding)": ({"init_std": None}, {}),
 }
+# the seed sweep: the ablations whose conclusions turn on a few tenths of a nat, again on seeds 1-4
+# (seed 0 is the "ablations" phase), final losses only; three worker processes of one thread each
+SEED_ABLATIONS = ["full recipe", "constant learning rate (no cosine decay)", "no dropout", "no warmup"]
+EXTRA_SEEDS = [1, 2, 3, 4]
+SEED_WORKERS = 3
 # the overfitting curve: the live model trained 4 times longer, with and without dropout
 LONG_STEPS = 1600
 GRID_LR = [1e-3, 3e-3, 1e-2, 3e-2]
@@ -83,11 +90,14 @@ def curves(history):
     return out
 
 
-def save(results):
-    """Merge ``results`` into the existing results file (phases may be rerun one at a time)."""
+def save(results, new_machine=True):
+    """Merge ``results`` into the existing results file (phases may be rerun one at a time). The
+    file's ``machine`` is the one the main run's tokens/s was measured on: replaced only when the
+    main phase runs (``new_machine``)."""
     path = RESULTS_FILE
     old = json.loads(path.read_text()) if path.exists() else {}
-    old.pop("machine", None)
+    if new_machine:
+        old.pop("machine", None)
     write_results("train_gpt", {**old, **results})
 
 
@@ -138,7 +148,35 @@ def phase_long(tok, train_ids, val_ids, results):
         results["long"][f"dropout {dropout}"] = curves(h)
 
 
-PHASES = {"main": phase_main, "ablations": phase_ablations, "grid": phase_grid, "long": phase_long}
+def _seed_job(job):
+    name, seed = job
+    torch.set_num_threads(1)
+    tok, train_ids, val_ids = data()
+    model_kw, train_kw = ABLATIONS[name]
+    _, h = run(tok, train_ids, val_ids, {**SMALL_MODEL, **model_kw}, {**SMALL_TRAIN, **train_kw}, seed=seed,
+               desc=f"{name}, seed {seed}")
+    return name, {"seed": seed, "eval_val": h["eval_val"][-1], "eval_train": h["eval_train"][-1],
+                  "best_val": min(h["eval_val"])}
+
+
+def phase_seeds(tok, train_ids, val_ids, results):
+    """SEED_ABLATIONS on EXTRA_SEEDS: final validation and training loss of each run, per setting.
+    Each finished run is saved at once (one writer), so a sweep cut short keeps what it ran."""
+    import multiprocessing
+    from _results import machine
+    results["seeds"] = {"seeds": EXTRA_SEEDS, "runs": {name: [] for name in SEED_ABLATIONS}}
+    jobs = [(name, seed) for name in SEED_ABLATIONS for seed in EXTRA_SEEDS]
+    with multiprocessing.get_context("spawn").Pool(SEED_WORKERS) as pool:
+        for name, row in pool.imap_unordered(_seed_job, jobs):
+            rows = results["seeds"]["runs"][name]
+            rows.append(row)
+            rows.sort(key=lambda r: r["seed"])
+            results["seeds"]["machine"] = machine()
+            save(results, new_machine=False)
+
+
+PHASES = {"main": phase_main, "ablations": phase_ablations, "grid": phase_grid, "long": phase_long,
+          "seeds": phase_seeds}
 
 
 def main(phases):
@@ -150,7 +188,7 @@ def main(phases):
                "main_train": MAIN_TRAIN, "long_steps": LONG_STEPS}
     for name in phases:
         PHASES[name](tok, train_ids, val_ids, results)
-        save(results)
+        save(results, new_machine="main" in phases)
 
 
 if __name__ == "__main__":
