@@ -61,6 +61,8 @@ INVERSIONS: list[tuple[str, int, str]] = [
     ("08-sparse-attention", 0, "counts[0] = (counts[0][0] + 1, counts[0][1])"),
     # The whole model: parallel and step-by-step decoding differ by far more than float32 rounding
     ("13-encoder-vs-decoder", 0, "diff = 1e-3"),
+    # Language models: the two initialisations' starting losses swapped
+    ("16-training-a-gpt", 0, "initial[None], initial[0.02] = initial[0.02], initial[None]"),
     # Scale: the bandwidth ceiling read from float32's own (slower) read instead of the fastest one
     ("19-quantized-decoding", 0, 'bandwidth = results["head_gemv"]["float32"]["GB_per_s"]'),
     # Adapting a pretrained model: each text's hand computation swapped with another text's
