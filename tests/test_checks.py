@@ -558,9 +558,9 @@ from transformer_lib import circuits, distributed, export, induction, kv_cache, 
 from transformer_lib import norms as tnorms  # noqa: E402
 
 
-def _gpt(layers=1, **kw):
+def _gpt(layers=1, max_len=12, **kw):
     torch.manual_seed(0)
-    return tl.DecoderOnlyLM(20, d_model=16, num_heads=2, num_layers=layers, max_len=12, **kw).eval()
+    return tl.DecoderOnlyLM(20, d_model=16, num_heads=2, num_layers=layers, max_len=max_len, **kw).eval()
 
 
 def _filled_cache():
@@ -710,7 +710,7 @@ def _model_cases():
         # models, kv_cache
         ("DecoderOnlyLM(positional='x')", lambda: _gpt(positional="x"), V, "positional must be one of"),
         ("DecoderOnlyLM(ffn=False, num_experts=2)", lambda: _gpt(ffn=False, num_experts=2), V, "num_experts needs ffn=True"),
-        ("DecoderOnlyLM(context_length=4)(6 tokens)", lambda: _gpt(context_length=4)(tokens), V,
+        ("DecoderOnlyLM(max_len=4, strict_length=True)(6 tokens)", lambda: _gpt(max_len=4, strict_length=True)(tokens), V,
          "tokens: 6 positions exceed the context length 4"),
         ("KVCache.update(k, v shapes)", lambda: tl.KVCache(1).update(0, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 2, 4)), V,
          r"expected k \(B, H_kv, L, d_k\) and v"),

@@ -80,9 +80,9 @@ def test_positional_fields_and_keywords_build_the_same_model():
     assert DecoderOnlyLM(a.config, num_layers=3).config.num_layers == 3
 
 
-@given(st.sampled_from(CONFIGS), st.integers(1, 4), st.floats(1.0, 1e6), st.sampled_from([None, 16, 4096]))
-def test_to_dict_round_trips_exactly(c, layers, base, context):
-    c = dataclasses.replace(c, num_layers=layers, rope_base=base, context_length=context)
+@given(st.sampled_from(CONFIGS), st.integers(1, 4), st.floats(1.0, 1e6), st.sampled_from([16, 4096]), st.booleans())
+def test_to_dict_round_trips_exactly(c, layers, base, context, strict):
+    c = dataclasses.replace(c, num_layers=layers, rope_base=base, max_len=context, strict_length=strict)
     assert ModelConfig.from_dict(c.to_dict()) == c
 
 
@@ -94,7 +94,7 @@ def test_changed_lists_what_differs_from_chapter_16s_gpt():
     (dict(vocab_size=0), "vocab_size"), (dict(vocab_size=10, d_model=-1), "d_model"),
     (dict(vocab_size=10, positional="rotary"), "positional"), (dict(vocab_size=10, norm_eps=0.0), "norm_eps"),
     (dict(vocab_size=10, num_experts=4, ffn=False), "num_experts"),
-    (dict(vocab_size=10, shared_experts=1), "shared_experts"), (dict(vocab_size=10, context_length=0), "context_length"),
+    (dict(vocab_size=10, shared_experts=1), "shared_experts"), (dict(vocab_size=10, max_len=0), "max_len"),
 ])
 def test_bad_fields_name_themselves(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -132,7 +132,7 @@ def test_smollm2_is_the_readers_decoder_with_llamas_switches(lm):
     attns = [mod for mod in m.modules() if isinstance(mod, MultiHeadAttention)]
     assert len(attns) == lm.config.num_layers == len(m.blocks)
     assert {(a.num_heads, a.num_kv_heads, a.head_dim, a.q_proj.bias) for a in attns} == {(9, 3, 64, None)}
-    assert m.max_len == lm.config.context_length == 8192
+    assert m.max_len == lm.config.context_length == 8192 and m.config.strict_length
 
 
 def test_logits_equal_reference(lm, reference_model):
@@ -237,4 +237,4 @@ def test_smollm2_saves_and_reloads_equal_to_the_gguf_load(lm, tmp_path):
     ids = torch.tensor([lm.encode("The capital of France is")])
     with torch.no_grad():
         assert torch.equal(again(ids), lm.model(ids))
-    assert again.config == lm.model.config and again.config.context_length == again.config.max_len == 8192
+    assert again.config == lm.model.config and again.config.strict_length and again.config.max_len == 8192

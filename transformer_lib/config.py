@@ -32,7 +32,7 @@ class ModelConfig:
     num_heads: int = 4                  # query heads per attention layer; head_dim = d_model / num_heads
     num_layers: int = 2                 # blocks
     d_ff: int | None = None             # hidden width of each FFN (each expert's); None: 4 * d_model
-    max_len: int = 256                  # context length: the learned table's size, a pretrained model's trained length
+    max_len: int = 256                  # the context length: the learned table's size, a pretrained model's trained length
     dropout: float = 0.0                # dropout after attention weights, each sub-layer and the embedding
     positional: str = "learned"         # 'sinusoidal', 'learned', 'rope', 'alibi' or 'none'
     norm: str = "layer"                 # 'layer' (LayerNorm) or 'rms' (RMSNorm)
@@ -46,7 +46,8 @@ class ModelConfig:
     rope_base: float = 10000.0          # RoPE's base: wavelengths 2 pi base^(2i/d)
     rotary_style: str = "interleaved"   # RoPE's pair layout: 'interleaved' (the paper) or 'halves' (Llama)
     norm_eps: float = 1e-5              # the norms' epsilon
-    context_length: int | None = None   # a hard limit on cached + new tokens, refused past it (None: none)
+    strict_length: bool = False         # refuse a call whose cached + new tokens pass max_len (a pretrained model's
+                                        # trained context, SmolLM2's 8192); off, RoPE/ALiBi/sinusoidal models run past it
     num_experts: int | None = None      # every FFN a mixture of this many SwiGLU experts (chapter 25)
     top_k: int = 2                      # experts run per token
     shared_experts: int = 0             # dense SwiGLU experts every token passes too (DeepSeek)
@@ -62,7 +63,7 @@ class ModelConfig:
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
             check_int(name, getattr(self, name))
-        for name in ("d_ff", "num_kv_heads", "context_length"):
+        for name in ("d_ff", "num_kv_heads"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name))
         if self.init_std is not None:

@@ -242,9 +242,9 @@ class DecoderOnlyLM(nn.Module):
     and the length a pretrained model was trained for (RoPE, ALiBi and sinusoidal models still run
     past it, which is how chapter 5 measures extrapolation). ``num_experts`` makes every block's FFN a
     :class:`~transformer_lib.moe.MixtureOfExperts` of that many SwiGLU experts of width ``d_ff``,
-    ``top_k`` of them run per token (chapter 25). ``context_length`` makes the limit
-    hard for every scheme: a call whose cached plus new tokens pass it is refused before any layer
-    runs (a pretrained model's trained context, such as SmolLM2's 8192; None: no such limit).
+    ``top_k`` of them run per token (chapter 25). ``strict_length=True`` makes
+    ``max_len`` a hard limit for every scheme: a call whose cached plus new tokens pass it is refused
+    before any layer runs (a pretrained model's trained context, such as SmolLM2's 8192).
 
     ``init_std`` (default None: torch's own initialisation) re-draws every embedding and linear
     weight from N(0, init_std^2) and zeroes the biases (GPT-2 draws its weight matrices and token
@@ -263,7 +263,6 @@ class DecoderOnlyLM(nn.Module):
         else:  # DecoderOnlyLM(vocab_size, d_model, ..., **switches): the fields of ModelConfig
             config = ModelConfig(*args, **switches)
         self.config = c = config
-        self.context_length = c.context_length
         self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.pos, rotary = position_modules(c)  # a table added to the embeddings, or one RoPE for every block
@@ -291,7 +290,7 @@ class DecoderOnlyLM(nn.Module):
         return KVCache(len(self.blocks), initial_capacity)
 
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
-        check_context_length(tokens, cache, self.context_length)
+        check_context_length(tokens, cache, self.max_len if self.config.strict_length else None)
         if cache is not None and self.decode_step is not None:
             logits = self.decode_step(self, tokens, cache)
             if logits is not None:

@@ -38,7 +38,7 @@ def check_decoder_options(positional, ffn: bool, num_experts) -> None:
 
 
 def check_context_length(tokens, cache, context_length) -> None:
-    """Cached plus new positions must fit the model's ``context_length`` (None: no limit)."""
+    """Cached plus new positions must fit ``context_length``: a strict model's ``max_len`` (None: no limit)."""
     if context_length is not None and tokens.dim() == 2:
         past = 0 if cache is None else getattr(cache, "length", 0)
         if past + tokens.shape[1] > context_length:

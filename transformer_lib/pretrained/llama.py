@@ -50,7 +50,7 @@ class LlamaConfig:
         ones that differ from chapter 16's GPT)."""
         return dict(vocab_size=self.vocab_size, d_model=self.d_model, num_heads=self.num_heads,
                     num_layers=self.num_layers, d_ff=self.d_ff, max_len=self.context_length,
-                    context_length=self.context_length,
+                    strict_length=True,
                     num_kv_heads=self.num_kv_heads, rope_base=self.rope_base, norm_eps=self.norm_eps,
                     **dict(LLAMA_SWITCHES, rotary_style=self.rotary_style))
 

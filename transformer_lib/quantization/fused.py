@@ -45,7 +45,7 @@ __all__ = ["FusedDecodeStep", "decode_step_reference", "fuse_rows", "FUSED_VALUE
 FUSED_VALUES = {"positional": ("rope",), "rotary_style": ("halves",), "norm": ("rms",), "activation": ("swiglu",),
                 "norm_first": (True,), "bias": (False,), "ffn": (True,), "num_experts": (None,)}
 FUSED_ANY = {"vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len", "dropout", "tie_weights",
-             "init_std", "num_kv_heads", "rope_base", "norm_eps", "context_length", "top_k",
+             "init_std", "num_kv_heads", "rope_base", "norm_eps", "strict_length", "top_k",
              # sizes of latent attention, read only with attention='mla' (which the step does not compute)
              "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}
 
