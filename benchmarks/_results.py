@@ -38,6 +38,23 @@ def describe(info: dict) -> str:
     return f"{info['cpu']}, {info['cores']} cores{gpu}, torch {info['torch']}{load}, {info['date']}"
 
 
+def seed_sweep(doc: str, argv=None, seeds: int = 5):
+    """What every seed sweep starts with: ``--seeds N`` from the command line (``doc`` is its
+    help), one intra-op thread (as the chapters run) and a clock. Returns ``(args, elapsed)``;
+    ``elapsed()`` is ``{"seconds": wall, "cpu_seconds": process CPU}`` since the call."""
+    import argparse
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=seeds)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    return args, lambda: {"seconds": round(time.perf_counter() - start, 1),
+                          "cpu_seconds": round(time.process_time() - start_cpu, 1)}
+
+
 def write_results(name: str, payload: dict) -> Path:
     """Write ``payload`` plus the machine description to ``benchmarks/results/<name>.json``."""
     RESULTS.mkdir(exist_ok=True)

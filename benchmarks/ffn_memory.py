@@ -16,8 +16,6 @@ new initialisation; seed 0 is exactly the chapter's run. For each seed it record
 """
 from __future__ import annotations
 
-import argparse
-import time
 
 import torch
 import torch.nn as nn
@@ -25,7 +23,7 @@ import torch.nn.functional as F
 
 import transformer_lib as tl
 from transformer_lib.training import fit
-from _results import write_results
+from _results import seed_sweep, write_results
 
 N_ENTITIES, N_CLASSES, SEQ_LEN, STEPS, LR = 1024, 8, 8, 400, 3e-3
 KS = (1, 3, 10)
@@ -109,19 +107,13 @@ def one_seed(seed: int) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=5)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start, start_cpu = time.perf_counter(), time.process_time()
+    args, elapsed = seed_sweep(__doc__, argv)
     rows = []
     for seed in range(args.seeds):
         rows.append(one_seed(seed))
         print(f"seed {seed}: {rows[-1]}", flush=True)
     payload = {"seeds": list(range(args.seeds)), "steps": STEPS, "lr": LR, "ks": list(KS),
-               "models": [m[0] for m in MODELS], "rows": rows,
-               "seconds": round(time.perf_counter() - start, 1),
-               "cpu_seconds": round(time.process_time() - start_cpu, 1)}
+               "models": [m[0] for m in MODELS], "rows": rows, **elapsed()}
     write_results("ffn_memory", payload)
     return 0
 

@@ -14,8 +14,6 @@ never).
 """
 from __future__ import annotations
 
-import argparse
-import time
 
 import numpy as np
 import torch
@@ -24,7 +22,7 @@ import torch.nn.functional as F
 import transformer_lib as tl
 from transformer_lib.tasks import EOS, random_tokens
 from transformer_lib.training import fit
-from _results import write_results
+from _results import seed_sweep, write_results
 
 VOCAB, N_COPY, BATCH, STEPS, LR, WARMUP = 16, 6, 32, 150, 1e-2, 75
 
@@ -63,11 +61,7 @@ def train_copy(norm_first, warmup_steps, seed):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=5)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    start, start_cpu = time.perf_counter(), time.process_time()
+    args, elapsed = seed_sweep(__doc__, argv)
     settings = {}
     for norm_first in (False, True):
         for warmup in (0, WARMUP):
@@ -75,8 +69,7 @@ def main(argv=None) -> int:
             settings[key] = [train_copy(norm_first, warmup, seed) for seed in range(args.seeds)]
             print(key, settings[key], flush=True)
     write_results("warmup", {"seeds": list(range(args.seeds)), "steps": STEPS, "lr": LR, "warmup_steps": WARMUP,
-                             "settings": settings, "seconds": round(time.perf_counter() - start, 1),
-                             "cpu_seconds": round(time.process_time() - start_cpu, 1)})
+                             "settings": settings, **elapsed()})
     return 0
 
 
