@@ -23,8 +23,43 @@ from ._checks import check_choice, check_decoder_options, check_int, check_numbe
 __all__ = ["ModelConfig", "Seq2SeqConfig"]
 
 
+class _Config:
+    """What both configurations do with their fields (each is a frozen dataclass)."""
+
+    @classmethod
+    def build(cls, args: tuple, switches: dict):
+        """A model constructor's arguments as a configuration: ``(config,)`` plus changes as
+        keywords, or the configuration's own fields (``(61, 32, 4, 2), {"positional": "rope"}``)."""
+        if args and isinstance(args[0], cls):
+            if len(args) > 1:
+                raise TypeError(f"a model built from a {cls.__name__} takes changes to it as keywords only")
+            return dataclasses.replace(args[0], **switches)
+        return cls(*args, **switches)
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-ready (``from_dict`` reads it back equal)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """A configuration from :meth:`to_dict`'s output; an unknown field is a ValueError naming it
+        (a file written by a newer version, or a typo)."""
+        if not isinstance(values, dict):
+            raise TypeError(f"values must be a dict of {cls.__name__} fields, got {type(values).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"values: unknown {cls.__name__} fields {unknown} (known: {sorted(known)})")
+        return cls(**values)
+
+    def changed(self) -> dict:
+        """The fields that differ from their defaults (what a reader needs to rebuild the model)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default}
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Config):
     """The switches of :class:`~transformer_lib.model.DecoderOnlyLM`; the defaults are chapter 16's
     GPT. The first six fields may be given by position (``ModelConfig(61, 32, 4, 2)``)."""
     vocab_size: int                     # token ids run 0 .. vocab_size - 1
@@ -87,30 +122,9 @@ class ModelConfig:
         """``d_ff``, or its default 4 * d_model."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
-    def to_dict(self) -> dict:
-        """Every field, JSON-ready (``from_dict`` reads it back equal)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "ModelConfig":
-        """A configuration from :meth:`to_dict`'s output; an unknown field is a ValueError naming it
-        (a file written by a newer version, or a typo)."""
-        if not isinstance(values, dict):
-            raise TypeError(f"values must be a dict of ModelConfig fields, got {type(values).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"values: unknown ModelConfig fields {unknown} (known: {sorted(known)})")
-        return cls(**values)
-
-    def changed(self) -> dict:
-        """The fields that differ from their defaults (what a reader needs to rebuild the model)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default}
-
 
 @dataclass(frozen=True)
-class Seq2SeqConfig:
+class Seq2SeqConfig(_Config):
     """The switches of :class:`~transformer_lib.model.Seq2SeqTransformer`; the defaults are the
     paper's model at chapter 12's small size. The first eight fields may be given by position."""
     src_vocab: int                      # source token ids run 0 .. src_vocab - 1
@@ -141,6 +155,3 @@ class Seq2SeqConfig:
         check_choice("positional", self.positional, ("sinusoidal", "learned", "rope", "none"))
         check_number("norm_eps", self.norm_eps, 0, low_open=True)
 
-    to_dict = ModelConfig.to_dict
-    changed = ModelConfig.changed
-    from_dict = classmethod(ModelConfig.from_dict.__func__)

@@ -16,7 +16,6 @@ length), so feeding a prompt and then one token at a time gives the logits of on
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import torch
@@ -136,12 +135,7 @@ class Seq2SeqTransformer(nn.Module):
 
     def __init__(self, *args, **switches):
         super().__init__()
-        if args and isinstance(args[0], Seq2SeqConfig):  # Seq2SeqTransformer(config) or (config, **changes)
-            if len(args) > 1:
-                raise TypeError("Seq2SeqTransformer(config, ...): give changes to a config as keywords")
-            config = dataclasses.replace(args[0], **switches)
-        else:  # Seq2SeqTransformer(src_vocab, tgt_vocab, d_model, ..., **switches): the fields of Seq2SeqConfig
-            config = Seq2SeqConfig(*args, **switches)
+        config = Seq2SeqConfig.build(args, switches)  # Seq2SeqTransformer(config, **changes) or its fields
         self.config = c = config
         self.d_model = c.d_model
         self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
@@ -256,12 +250,7 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, *args, **switches):
         super().__init__()
-        if args and isinstance(args[0], ModelConfig):  # DecoderOnlyLM(config) or (config, **changes)
-            if len(args) > 1:
-                raise TypeError("DecoderOnlyLM(config, ...): give changes to a config as keywords")
-            config = dataclasses.replace(args[0], **switches)
-        else:  # DecoderOnlyLM(vocab_size, d_model, ..., **switches): the fields of ModelConfig
-            config = ModelConfig(*args, **switches)
+        config = ModelConfig.build(args, switches)  # DecoderOnlyLM(config, **changes) or its fields
         self.config = c = config
         self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
