@@ -17,11 +17,15 @@ __all__ = ["chapters_by_part", "chapter_title", "readme_table"]
 
 
 def chapters_by_part(parts: dict | None = None) -> list[tuple[str, list[str]]]:
-    """[(part caption, [chapter stem, ...]), ...] in book order; parts without a chapter are left out."""
+    """[(part caption, [chapter stem, ...]), ...] in book order; parts without a chapter are left out.
+
+    A chapter listed in parts.yml counts once its .md exists, as in build_book (chapters land one by one).
+    """
     parts = parts or build_book._load_yaml(build_book.BOOK / "parts.yml")
     out = []
     for p in parts["parts"]:
-        stems = [f.split("/", 1)[1] for f in p["files"] if f.startswith("chapters/")]
+        stems = [f.split("/", 1)[1] for f in p["files"]
+                 if f.startswith("chapters/") and (CHAPTERS / f"{f.split('/', 1)[1]}.md").exists()]
         if stems:
             out.append((p["caption"], stems))
     return out
