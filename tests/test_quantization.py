@@ -685,6 +685,87 @@ def test_quantize_keeps_other_models_classes():
     assert type(quantize(model, 4)) is DecoderOnlyLM
 
 
+# -- a mixture of experts, quantized ---------------------------------------------------------------
+
+def _small_moe(seed=0):
+    """Llama's switches with experts: the configuration whose first cached step once crashed in the
+    fused step (it read ``ffn.activation`` of a MixtureOfExperts)."""
+    torch.manual_seed(seed)
+    return DecoderOnlyLM(vocab_size=96, d_model=64, num_heads=4, num_layers=2, d_ff=64, max_len=64,
+                         num_kv_heads=2, positional="rope", rotary_style="halves", norm="rms",
+                         activation="swiglu", bias=False, num_experts=4, top_k=2).eval()
+
+
+def _dequantized_twin(float_model, quantized):
+    """A float copy of ``float_model`` holding ``quantized``'s rounded weights: what the quantized
+    model should compute, up to float32 rounding."""
+    import copy
+    twin = copy.deepcopy(float_model)
+    with torch.no_grad():
+        for name, m in twin.named_modules():
+            if isinstance(m, torch.nn.Linear):  # the tied embedding shares the head's weight
+                m.weight.copy_(quantized.get_submodule(name).dequantized_weight())
+    return twin
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_moe_decodes_through_the_modules(bits):
+    """quantize on a mixture of experts: the fused step refuses it by name (it computes one dense
+    SwiGLU FFN), so every cached step runs the model's own modules, routing included.
+
+    Three checks. (1) Cached steps equal the quantized model's full forward, and generation with a
+    cache equals generation without: the same weights, sums in another order (~1e-6 relative),
+    1e-4 of the logits' scale as in tests/test_config.py. (2) The quantized model computes the float
+    model on its rounded weights (a float twin holding the dequantized weights), to the same 1e-4:
+    the experts' path, router included, is the float path. (3) Against the original float model the
+    error is the rounding's. A weight rounded to a step s has error uniform in +-s/2, rms s/sqrt(12).
+    torch's default init draws a layer uniformly in +-b (rms b/sqrt(3)); int8 absmax has
+    s = 2b/254, a relative weight error of 1/254 = 0.4%; int4 (q4_1, 16 levels over [min, max]) has
+    s = 2b/15, 1/15 = 6.7%. A token's path runs through about 10 quantized layers in series
+    (embedding, value and output projections, an expert's two layers, per block, and the head);
+    to first order their relative errors add at most linearly: 10 x 0.4% = 4% for int8 and 67% for
+    int4 (loose; check (2) is the tight one). A wrong expert or a routing bug gives an error of
+    order 100%."""
+    from transformer_lib.quantization import fused_refusal
+    from transformer_lib.sampling import generate
+    reference = _small_moe()
+    model = quantize(_small_moe(), bits, widths={})
+    assert fused_refusal(model.config) == "num_experts=4"
+    assert model.decode_step.plan(model) is None
+    tokens = torch.randint(0, 96, (1, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache(initial_capacity=4)  # the steps cross capacity doublings
+        steps = [model(tokens[:, :5], cache=cache)]
+        steps += [model(tokens[:, i:i + 1], cache=cache) for i in range(5, tokens.shape[1])]
+        cached = torch.cat(steps, dim=1)
+        scale = float(full.abs().max())
+        assert (cached - full).abs().max() <= 1e-4 * scale
+        assert torch.equal(generate(model, tokens[:, :4], 8), generate(model, tokens[:, :4], 8, use_cache=False))
+        twin = _dequantized_twin(reference, model)(tokens)
+        assert (twin - full).abs().max() <= 1e-4 * scale
+        original = reference(tokens)
+        rel = float((full - original).norm() / original.norm())
+        assert rel <= 10 * (1 / 254 if bits == 8 else 1 / 15), rel
+
+
+def test_fused_step_defers_on_experts_its_configuration_does_not_name():
+    """Experts put into a block by hand leave the configuration dense; the fused step then reads the
+    block itself, finds no SwiGLU FFN and defers to the modules instead of failing."""
+    from transformer_lib.moe import MixtureOfExperts
+    model = _small_llama()
+    model.blocks[1].ffn = MixtureOfExperts(64, 128, num_experts=4, top_k=2)
+    model = quantize(model.eval(), 8)
+    assert model.config.num_experts is None and model.decode_step.plan(model) is None
+    tokens = torch.randint(0, 96, (1, 8), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        cached = torch.cat([model(tokens[:, :3], cache=cache)] +
+                           [model(tokens[:, i:i + 1], cache=cache) for i in range(3, 8)], dim=1)
+    assert (cached - full).abs().max() <= 1e-4 * float(full.abs().max())
+
+
 # -- SmolLM2 with the GGUF's own blocks ------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -157,6 +157,8 @@ class FusedDecodeStep:
         weights, norms, fmt = [], [], set()
         for block in model.blocks:
             attn, ffn = block.self_attn, block.ffn
+            if not all(hasattr(ffn, name) for name in ("linear1", "linear3", "linear2")):
+                return None  # not one SwiGLU FFN (e.g. experts put in by hand, the configuration unchanged)
             qkv = fuse_rows([attn.q_proj, attn.k_proj, attn.v_proj])
             gate_up = fuse_rows([ffn.linear1, ffn.linear3]) if qkv is not None else None
             rest = [attn.out_proj, ffn.linear2]
