@@ -59,6 +59,18 @@ class KVCache:
         """Cached positions (all layers agree between steps)."""
         return min(self.lengths)
 
+    def offset(self, layer: int | None = None) -> int:
+        """Where the new tokens' positions start, for ``layer`` (None: the model's, before any layer):
+        the cached length, the same for every row. A cache whose rows hold different lengths
+        (:class:`~transformer_lib.serving.batching.PaddedKVCache`, chapter 28) returns one offset per row."""
+        return self.length if layer is None else self.lengths[layer]
+
+    def mask(self, L: int) -> None:
+        """The attention mask of the next ``L`` tokens: None, since every row attends to every
+        cached key and the causal mask (aligned to the end of the keys) is the whole rule. A cache
+        with rows of different lengths returns its own (B, 1, L, L_past + L) mask, causal included."""
+        return None
+
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         check_cache_update(layer, k, v, self.keys, self.values)
         start, new = self.lengths[layer], k.shape[2]

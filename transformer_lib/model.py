@@ -287,12 +287,14 @@ class DecoderOnlyLM(nn.Module):
         check_token_ids(tokens, self.embed.num_embeddings)
         check_cache(cache, len(self.blocks))
         past, L = (0 if cache is None else cache.length), tokens.shape[1]
+        # rows of different lengths (chapter 28): the cache gives each row its own offset and a mask
+        offset, mask = (0, None) if cache is None else (cache.offset(), cache.mask(L))
         x = self.embed(tokens)  # (B, L, D)
         if self.pos is not None:
-            x = self.pos(x, offset=past)  # positions past .. past + L - 1
+            x = self.pos(x, offset=offset)  # positions offset .. offset + L - 1
         bias = alibi_bias(self.num_heads, L, past + L, device=tokens.device) if self.positional == "alibi" else None
-        for i, block in enumerate(self.blocks):
-            x = block(x, None, bias, cache=cache, layer=i, causal=True)  # queries are the last L of past + L
+        for i, block in enumerate(self.blocks):  # causal: queries are the last L of past + L, or the cache's mask
+            x = block(x, mask, bias, cache=cache, layer=i, causal=mask is None)
         if self.norm is not None:
             x = self.norm(x)
         return self.head(x)  # (B, L, V)

@@ -134,10 +134,11 @@ class MultiHeadAttention(nn.Module):
                 hook_z: nn.Module | None = None, hook_pattern: nn.Module | None = None):
         key, value = check_mha_inputs(query, key, value, self.d_model, cached=cache is not None)
         B, L_q = query.shape[0], query.shape[1]
-        past = 0
+        past = offset = 0
         if cache is not None:
             check_cache_layer(cache, layer)
             past = cache.lengths[layer]
+            offset = cache.offset(layer)  # an int, or one per row where rows hold different lengths
         L_k = past + key.shape[1]
         check_mask(mask, (B, self.num_heads, L_q, L_k))  # checked once here, before the cache changes
         check_score_bias(bias, (B, self.num_heads, L_q, L_k))
@@ -149,8 +150,8 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.v_proj(value), self.num_kv_heads)  # (B, H_kv, L_k, d)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # over each head's d features
-        if self.rotary is not None:  # positions past .. past + L - 1
-            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
+        if self.rotary is not None:  # positions offset .. offset + L - 1 (offset = past, or per row)
+            q, k = self.rotary(q, offset=offset), self.rotary(k, offset=offset)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H_kv, past + L_k, d) each
         p = self.dropout if self.training else 0.0

@@ -15,8 +15,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ._checks import (check_choice, check_divisible, check_int, check_number, check_positions, check_positions_fit,
-                      check_probability, check_rotary_positions)
+from ._checks import (check_choice, check_divisible, check_int, check_number, check_offset, check_positions,
+                      check_positions_fit, check_probability, check_rotary_positions)
 
 __all__ = [
     "position_modules",
@@ -30,7 +30,18 @@ __all__ = [
     "ROTARY_STYLES",
     "alibi_slopes",
     "alibi_bias",
+    "offset_positions",
 ]
+
+
+def offset_positions(offset, L: int, device=None) -> torch.Tensor:
+    """The positions of L new tokens that start at ``offset``: (L,) for an int offset (every row
+    alike), (B, L) for a (B,) tensor of offsets, one per row (a batch of prompts of different
+    lengths, chapter 28: row i's next token sits at its own length)."""
+    steps = torch.arange(L, device=device if not isinstance(offset, torch.Tensor) else offset.device)
+    if isinstance(offset, torch.Tensor):
+        return offset[:, None] + steps  # (B, 1) + (L,) -> (B, L)
+    return offset + steps  # (L,)
 
 
 def sinusoidal_encoding(length: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -66,9 +77,16 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_int("offset", offset, 0)
+    def forward(self, x: torch.Tensor, offset=0) -> torch.Tensor:
+        """``offset``: an int, or one per row (a (B,) tensor: rows of different lengths)."""
         L = x.shape[1]
+        if isinstance(offset, torch.Tensor):  # (B, L) positions -> (B, L, D) rows of the table
+            check_offset(offset, x.shape[0])
+            positions = offset_positions(offset.to(self.pe.device), L)
+            if positions.numel() and int(positions.max()) >= self.pe.shape[0]:
+                self.pe = sinusoidal_encoding(int(positions.max()) + 1, self.d_model).to(self.pe.device)
+            return self.dropout(x + self.pe[positions].to(x.dtype))
+        check_int("offset", offset, 0)
         if offset + L > self.pe.shape[0]:  # a fixed formula: extend rather than fail
             self.pe = sinusoidal_encoding(offset + L, self.d_model).to(self.pe.device)
         return self.dropout(x + self.pe[offset:offset + L].to(x.dtype))  # (B, L, D) + (L, D)
@@ -87,9 +105,15 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_int("offset", offset, 0)
+    def forward(self, x: torch.Tensor, offset=0) -> torch.Tensor:
+        """``offset``: an int, or one per row (a (B,) tensor: rows of different lengths)."""
         L = x.shape[1]
+        if isinstance(offset, torch.Tensor):
+            check_offset(offset, x.shape[0])
+            positions = offset_positions(offset.to(x.device), L)  # (B, L)
+            check_positions_fit(int(positions.max()) + 1 if positions.numel() else 0, self.max_len)
+            return self.dropout(x + self.embedding(positions))  # (B, L, D) + (B, L, D)
+        check_int("offset", offset, 0)
         check_positions_fit(offset + L, self.max_len)
         positions = torch.arange(offset, offset + L, device=x.device)
         return self.dropout(x + self.embedding(positions))  # (B, L, D) + (L, D)
@@ -157,7 +181,15 @@ class RotaryEmbedding(nn.Module):
             self._table = (angles.cos().to(dtype), angles.sin().to(dtype))
         return self._table
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset=0) -> torch.Tensor:
+        """``offset``: an int, or one per row of a (B, H, L, d) ``x``, a (B,) tensor (rows of
+        different lengths in one batch: each row's tokens rotate by their own positions)."""
+        if isinstance(offset, torch.Tensor):
+            check_offset(offset, x.shape[0] if x.dim() == 4 else None)
+            L = x.shape[-2]
+            positions = offset_positions(offset.to(x.device), L)  # (B, L)
+            cos, sin = self.cos_sin(int(positions.max()) + 1 if positions.numel() else 1, x.device, x.dtype)
+            return rotate(x, cos[positions][:, None], sin[positions][:, None], self.style)  # (B, 1, L, d/2) each
         check_int("offset", offset, 0)
         L = x.shape[-2]
         cos, sin = self.cos_sin(offset + L, x.device, x.dtype)

@@ -133,6 +133,8 @@ class FusedDecodeStep:
     def __call__(self, model, tokens: torch.Tensor, cache) -> torch.Tensor | None:
         if not self.enabled or torch.is_grad_enabled() or tokens.shape != (1, 1) or tokens.device.type != "cpu":
             return None
+        if getattr(cache, "ragged", False):  # rows of their own lengths (chapter 28): one shared position it is not
+            return None
         pos = cache.lengths[0] if isinstance(getattr(cache, "lengths", None), list) and cache.lengths else None
         if pos is None or any(n != pos for n in cache.lengths):
             return None

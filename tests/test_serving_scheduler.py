@@ -1,0 +1,127 @@
+"""Continuous batching and its workload (transformer_lib.serving.scheduler, .workload): every
+request's tokens equal its one-at-a-time generation whatever joined or left the batch around it,
+blocks are returned, the admission policy holds its limits, and the workload is seeded and
+follows its stated distributions."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib.sampling import generate_ids
+from transformer_lib.serving.scheduler import ContinuousBatcher, serve_continuous, serve_one_at_a_time, serve_static
+from transformer_lib.serving.workload import Request, latency_summary, make_workload, percentile
+
+V = 89
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return tl.DecoderOnlyLM(V, 32, 4, 2, positional="rope", num_kv_heads=2, max_len=128).eval()
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return make_workload(14, rate=400.0, prompt_lengths=(2, 20), output_lengths=(1, 12), seed=3, vocab=(0, V))
+
+
+def test_continuous_static_and_one_at_a_time_all_equal_generate_ids(model, workload):
+    want = [generate_ids(model, r.prompt, r.max_tokens) for r in workload]
+    served = {}
+    for name, serve in (("continuous", lambda rs: serve_continuous(model, rs, max_batch=4, block_size=4,
+                                                                   num_blocks=40, max_prefill_tokens=16)),
+                        ("static", lambda rs: serve_static(model, rs, max_batch=4)),
+                        ("one", lambda rs: serve_one_at_a_time(model, rs))):
+        requests = [r.fresh() for r in workload]
+        serve(requests)
+        served[name] = [r.tokens for r in requests]
+        assert all(len(r.token_times) == len(r.tokens) == r.max_tokens for r in requests)
+        assert all(r.ttft >= 0 for r in requests)
+    assert served["continuous"] == served["static"] == served["one"] == want
+
+
+def test_sampled_requests_draw_what_generate_ids_draws_with_their_seed(model):
+    requests = [Request(i, [5 + i, 7, 11 * i % V], 6, temperature=0.8, seed=10 + i) for i in range(3)]
+    ContinuousBatcher(model, max_batch=3, block_size=4, num_blocks=12).run(requests)
+    for r in requests:
+        assert r.tokens == generate_ids(model, r.prompt, 6, temperature=0.8, seed=r.seed)
+
+
+def test_the_batch_changes_every_step_and_the_pool_empties(model):
+    events = []
+    batcher = ContinuousBatcher(model, max_batch=2, max_prefill_tokens=100, block_size=4, num_blocks=16,
+                                on_finish=lambda r: events.append(("done", r.id)))
+    for i, (n, out) in enumerate(((3, 2), (5, 6), (4, 3))):
+        batcher.submit(Request(i, list(range(1, n + 1)), out))
+    batcher.step()  # admits 0 and 1 (max_batch 2): prefill gives token 1, decode token 2: request 0 is done
+    assert [r.id for r in batcher.running] == [1] and [r.id for r in batcher.waiting] == [2]
+    assert events == [("done", 0)]
+    batcher.step()  # request 2 joins the running batch while 1 is mid-way
+    assert sorted(r.id for r in batcher.running) == [1, 2]
+    while batcher.busy():
+        batcher.step()
+    assert [e[1] for e in events] == [0, 2, 1] and batcher.cache.blocks_in_use() == 0 and batcher.reserved == 0
+    assert batcher.peak["paged_positions"] <= batcher.peak["contiguous_positions"]
+
+
+def test_prefill_budget_and_pool_reservations_limit_admission(model):
+    batcher = ContinuousBatcher(model, max_batch=8, max_prefill_tokens=10, block_size=4, num_blocks=6)
+    for i in range(4):
+        batcher.submit(Request(i, list(range(1, 7)), 6))  # 6 + 6 positions: 3 blocks reserved each
+    batcher.step()  # budget 10 admits one 6-token prompt; the pool (6 blocks) could hold two
+    assert [r.id for r in batcher.running] == [0]
+    batcher.step()
+    assert [r.id for r in batcher.running] == [0, 1]
+    batcher.step()  # the pool is promised: request 2 waits for a retirement
+    assert [r.id for r in batcher.running] == [0, 1] and len(batcher.waiting) == 2
+
+
+def test_eos_and_cancel_retire_requests(model):
+    first = generate_ids(model, [1, 2, 3], 1)[0]
+    batcher = ContinuousBatcher(model, block_size=4, num_blocks=16, eos_id=first)
+    ended, cancelled = Request(0, [1, 2, 3], 10), Request(1, [4, 5], 10)
+    batcher.submit(ended)
+    batcher.submit(cancelled)
+    batcher.cancel(1)
+    while batcher.busy():
+        batcher.step()
+    assert ended.tokens == [first] and cancelled.tokens == []  # stopped at its end token; never served
+    assert batcher.cache.blocks_in_use() == 0
+
+
+def test_bad_input(model):
+    with pytest.raises(ValueError, match="max_batch"):
+        ContinuousBatcher(model, max_batch=0)
+    with pytest.raises(ValueError, match="policy"):
+        ContinuousBatcher(model, policy="shortest-first")
+    with pytest.raises(ValueError, match="exceed the cache"):
+        ContinuousBatcher(model, block_size=4, num_blocks=2).submit(Request(0, [1] * 8, 4))
+    with pytest.raises(ValueError, match="rate"):
+        make_workload(3, rate=0.0)
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        make_workload(3, rate=1.0, prompt_lengths=(5, 2))
+    with pytest.raises(ValueError, match="output_lengths"):
+        make_workload(3, rate=1.0, output_lengths=(4,))
+
+
+def test_workload_is_seeded_and_within_its_stated_ranges():
+    a = make_workload(400, rate=5.0, prompt_lengths=(8, 40), output_lengths=(4, 16), seed=1)
+    b = make_workload(400, rate=5.0, prompt_lengths=(8, 40), output_lengths=(4, 16), seed=1)
+    assert [(r.prompt, r.max_tokens, r.arrival) for r in a] == [(r.prompt, r.max_tokens, r.arrival) for r in b]
+    assert all(8 <= len(r.prompt) <= 40 and 4 <= r.max_tokens <= 16 for r in a)
+    gaps = torch.tensor([y.arrival - x.arrival for x, y in zip(a, a[1:])])
+    assert a[0].arrival == 0 and bool((gaps >= 0).all())
+    # exponential gaps of mean 1/5 s: the sample mean of 399 lies within 4 standard errors (0.2/sqrt(399))
+    assert abs(float(gaps.mean()) - 0.2) < 4 * 0.2 / 399 ** 0.5
+    assert all(r.arrival == 0 for r in make_workload(5, rate=None))
+
+
+def test_latency_summary_by_hand():
+    r1, r2 = Request(0, [1], 3, arrival=0.0), Request(1, [1], 2, arrival=1.0)
+    r1.tokens, r1.token_times = [1, 2, 3], [0.5, 0.7, 0.9]
+    r2.tokens, r2.token_times = [1, 2], [1.5, 2.5]
+    s = latency_summary([r1, r2], seconds=2.5)
+    assert s["tokens"] == 5 and s["tokens_per_s"] == pytest.approx(2.0)
+    assert s["ttft_p50_s"] == pytest.approx(0.5) and s["tpot_p50_s"] == pytest.approx((0.2 + 1.0) / 2)
+    assert percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)

@@ -1,0 +1,16 @@
+"""Serving a model to many users at once (chapter 28): batches of prompts of different lengths,
+a paged KV cache, continuous batching, and a streaming HTTP endpoint.
+
+- :mod:`.ragged`: what a cache whose rows hold different lengths tells the model (per-row offsets,
+  a mask that is causal and hides padding at once);
+- :mod:`.batching`: ``PaddedKVCache`` (contiguous) and ``generate_batch`` (static batching);
+- :mod:`.paged_cache`: ``PagedKVCache``: a block pool, block tables, copy-on-write prefix sharing;
+- :mod:`.scheduler`: ``ContinuousBatcher``, which admits and retires requests at every step;
+- :mod:`.workload`: seeded arrivals and lengths, and the latency statistics of a run;
+- :mod:`.server`: the batcher behind an OpenAI-style ``/v1/completions`` route (``make serve``).
+"""
+from .batching import CACHES, PaddedKVCache, generate_batch, pad_prompts
+from .paged_cache import PagedKVCache, blocks_needed
+from .ragged import RaggedCache
+
+__all__ = ["RaggedCache", "PaddedKVCache", "PagedKVCache", "generate_batch", "pad_prompts", "blocks_needed", "CACHES"]
