@@ -60,7 +60,8 @@ BOOKKIT_TIERS = {"test_book": "book", "test_pdf": "book",
                  "test_browser": "browser", "test_explainer": "browser", "test_slides": "browser",
                  "test_course": "course", "test_course_guide": "course", "test_grading_limits": "course",
                  "test_process_limit": "course", "test_teaching": "course"}
-SLOW_UNIT_FILES = {"test_sparse", "test_distributed", "test_quantization", "test_smollm2", "test_extensions", "test_config"}
+SLOW_UNIT_FILES = {"test_sparse", "test_distributed", "test_quantization", "test_smollm2", "test_extensions", "test_config",
+                   "test_speculative"}
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,7 @@ from .profiling import check_device, check_timing  # noqa: F401
 from .distributed import check_distributed_run, check_parallel_split, check_pipeline  # noqa: F401
 from .quantization import check_quantization_args, check_matvec_input, check_activations, check_matmul_args, check_quantized_linear_args, check_widths, check_max_path, check_kernel_path, check_calibration, check_hessian  # noqa: F401
 from .sampling import check_temperature, check_strategy, check_seed, check_decoder_ids, check_prompt_rows, check_fits, check_strategies, check_continuations  # noqa: F401
+from .speculative import check_distribution_rows, check_verify_args, check_residual_args, check_draft, check_proposal, check_one_row, check_same_vocabulary, check_ngram_sizes, check_shallow_exit, check_rates  # noqa: F401
 from .training import check_schedule, check_lm_logits, check_loss, check_token_stream, check_windows, check_trainable  # noqa: F401
 from .tasks import check_task_vocab, check_src_target, check_one_token, check_equal_lengths  # noqa: F401
 from .data import check_chapters_dir, check_paragraph_split, check_checkpoint_path  # noqa: F401
@@ -37,6 +38,7 @@ from .reasoning import check_characters, check_group_rewards, check_grpo_args, c
 from .pretrained import check_bert_config, check_model_dir, check_bert_state, check_position_table, check_mask_like, check_embedding_matrix, check_text_list, check_gguf_file, check_rotary_rows, check_bpe_metadata, check_llama_metadata, check_full_rotary, check_tied_head, check_ids_input, check_nonempty_ids, check_chat_template  # noqa: F401
 from .evaluation import check_choice_item, check_encode, check_outcomes, check_real_values, check_confidences, check_ngram_size  # noqa: F401
 from .forests import check_feature_matrix, check_targets, check_same_features, check_two_features, check_train_rows, check_fitted, check_forest_size, check_grown, check_oob_forest  # noqa: F401
+from .scaling import check_countable_config, check_positive_array, check_grid  # noqa: F401
 from .serving import check_offset, check_prompt_list, check_ragged_model, check_block_pool, check_sequence_id, check_active_rows, check_row_lengths, check_workload_args, check_scheduler_args  # noqa: F401
 
 __all__ = sorted(name for name in dir() if name.startswith("check_"))  # every rule imported above

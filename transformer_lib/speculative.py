@@ -1,0 +1,285 @@
+"""Speculative decoding, exact (chapter 29): a cheap draft guesses k tokens, the model checks them in one pass.
+
+A decoding step of a small batch reads every weight of the model once and does little arithmetic
+with each (chapter 19: it is bound by memory), so a forward pass over k + 1 tokens costs not much
+more than over one. Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) spends that
+slack: a *draft* proposes k tokens, the *target* runs once over them with its KV cache, and the
+longest prefix the target agrees with is kept, plus one token of the target's own. What comes out
+is distributed exactly as the target's own generation:
+
+* the rule (:func:`verify`): draft token x, drawn from the draft's distribution q, is kept with
+  probability min(1, p(x) / q(x)), p the target's; at the first rejection the token is drawn from
+  the residual norm(max(0, p - q)) (:func:`residual_distribution`) and the rest is dropped; after k
+  acceptances a bonus token comes from the target's next distribution. Each position's token is
+  then distributed as p: P(x) = min(p(x), q(x)) + (1 - sum_y min(p(y), q(y))) * residual(x) = p(x).
+* greedy is the same rule with point masses: p is the one-hot of the target's argmax, so a draft
+  token is kept iff it is the argmax, and the first disagreement is replaced by the argmax. The ids
+  are :func:`~transformer_lib.sampling.generate`'s (the target's logits over k + 1 tokens in one
+  pass equal one-at-a-time's to float32 rounding: only an exact tie could tell them apart).
+
+A draft is anything with ``propose(tokens, k, generator=None, temperature=0.0, top_k=None,
+top_p=None) -> (drafts (k',) ids, q (k', V) or None)``, k' <= k (None: point masses on the drafts,
+a deterministic draft):
+
+* :class:`PromptLookup` (prompt lookup decoding, Saxena 2023): the tokens that followed the latest
+  earlier occurrence of the text's last n-gram. Free to run, and often right where an answer copies
+  its prompt (summaries, edits, quotes) or a greedy model repeats itself; silent elsewhere.
+* :class:`ModelDraft`: a smaller decoder with the same vocabulary and its own KV cache, such as a
+  :func:`shallow_exit` of the target (its first blocks, its final norm and head: no new weights)
+  or a quantized copy of the target (chapter 19).
+
+Rejected tokens leave both caches by :meth:`~transformer_lib.kv_cache.KVCache.truncate`: the
+buffers stay, and the next pass overwrites the rejected positions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ._checks import check_int
+from ._checks.sampling import check_decoder_ids, check_fits, check_seed, check_strategy
+from ._checks.speculative import (check_draft, check_ngram_sizes, check_one_row, check_proposal, check_rates,
+                                  check_residual_args, check_same_vocabulary, check_shallow_exit, check_verify_args)
+from .logit_filters import next_token_probs
+from .model import DecoderOnlyLM
+
+__all__ = ["residual_distribution", "acceptance_probability", "verify", "PromptLookup", "ModelDraft",
+           "shallow_exit", "speculative_generate", "Speculation", "expected_tokens", "expected_speedup"]
+
+
+# -- the rule -----------------------------------------------------------------------------------
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) over the last dimension: where the target wants more mass than the draft
+    gave. (V,) or (rows, V). A row with p = q has no residual (a draft token is then always kept,
+    so it is never drawn from): p is returned for it."""
+    check_residual_args(p, q)
+    excess = (p - q).clamp(min=0)  # (..., V)
+    total = excess.sum(-1, keepdim=True)  # (..., 1)
+    return torch.where(total > 0, excess / total.clamp(min=torch.finfo(p.dtype).tiny), p)
+
+
+def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The chance a draft token x ~ q is kept: sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x)),
+    one minus the total variation distance between p and q (Leviathan et al.'s beta). (V,) -> (),
+    (rows, V) -> (rows,)."""
+    check_residual_args(p, q)
+    return torch.minimum(p, q).sum(-1)
+
+
+def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from (V,) probabilities; a point mass (greedy) without touching the generator."""
+    top = int(probs.argmax())
+    if float(probs[top]) == 1.0:
+        return top
+    return int(torch.multinomial(probs.float(), 1, generator=generator))
+
+
+def verify(p: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor,
+           generator: torch.Generator | None = None) -> tuple[int, int]:
+    """The accept/reject rule on k drafted tokens: returns ``(m, token)``, the number of drafts kept
+    (the first m) and the token that follows them (drawn from the residual at the first rejection,
+    or from ``p[k]`` when all k are kept).
+
+    ``p`` (k + 1, V): the target's distributions at the drafted positions and the one after them;
+    ``q`` (k, V): the draft's distributions the drafts were drawn from, or None for a deterministic
+    draft (point masses: q(x) = 1 for the drafted x). Draft i is kept with probability
+    min(1, p_i(x) / q_i(x)): always when p_i(x) >= q_i(x), else after one uniform draw."""
+    check_verify_args(p, q, drafts)
+    for i, x in enumerate(drafts.tolist()):
+        p_x, q_x = float(p[i, x]), (1.0 if q is None else float(q[i, x]))
+        if p_x >= q_x or (p_x > 0 and float(torch.rand((), generator=generator)) * q_x < p_x):
+            continue  # kept (a point mass p, greedy, decides without a draw)
+        if q is None:
+            q_i = torch.zeros_like(p[i])
+            q_i[x] = 1.0  # (V,): the deterministic draft's point mass
+        else:
+            q_i = q[i]
+        return i, _draw(residual_distribution(p[i], q_i), generator)
+    return drafts.numel(), _draw(p[-1], generator)
+
+
+# -- drafts -------------------------------------------------------------------------------------
+
+class PromptLookup:
+    """Prompt lookup decoding: find the latest earlier place where the text's last ``n`` tokens
+    occurred (``n`` from ``max_ngram`` down to ``min_ngram``) and propose the up-to-k tokens that
+    followed them there. No model, so no cost beyond a search, and a point mass as q (it is
+    deterministic). It proposes nothing when no n-gram recurs; the step is then an ordinary one."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        check_ngram_sizes(max_ngram, min_ngram)
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, tokens: torch.Tensor, k: int, generator=None, temperature: float = 0.0,
+                top_k=None, top_p=None) -> tuple[torch.Tensor, None]:
+        """``tokens`` (L,) the text so far -> (up to k ids, None)."""
+        L = tokens.numel()
+        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+            windows = tokens.unfold(0, n, 1)[:-1]  # (L - n, n): every earlier n-gram, the suffix left out
+            starts = (windows == tokens[-n:]).all(dim=1).nonzero()[:, 0]  # where the last n tokens occurred
+            if starts.numel():
+                start = int(starts[-1]) + n  # the latest occurrence: what followed it
+                return tokens[start:start + k].clone(), None
+        return tokens.new_empty(0), None
+
+
+class ModelDraft:
+    """A draft model with the target's vocabulary: it decodes k tokens with its own KV cache,
+    drawing each from its distribution q under the target's strategy (greedy: its argmax). Between
+    calls it keeps the tokens its cache holds, and cuts the cache back to the longest prefix the
+    new text shares with them (the tokens the target rejected leave it)."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.cache, self.seen = None, []  # the ids the cache holds, in order
+
+    @torch.no_grad()
+    def propose(self, tokens: torch.Tensor, k: int, generator=None, temperature: float = 0.0,
+                top_k=None, top_p=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tokens`` (L,) -> (k ids, q (k, V))."""
+        if k == 0:
+            return tokens.new_empty(0), None
+        text = tokens.tolist()
+        if self.cache is None:
+            self.cache = self.model.new_cache()
+        keep = 0
+        while keep < min(len(self.seen), len(text) - 1) and self.seen[keep] == text[keep]:
+            keep += 1
+        self.cache.truncate(min(keep, self.cache.length))  # what the cache holds of this text
+        keep = self.cache.length
+        logits = self.model(tokens[keep:][None], cache=self.cache)[0, -1]  # (V,): the unseen tail, then next
+        drafts, qs = [], []
+        for i in range(k):
+            q = next_token_probs(logits.float(), temperature, top_k, top_p)  # (V,)
+            drafts.append(_draw(q, generator))
+            qs.append(q)
+            if i < k - 1:
+                logits = self.model(torch.tensor([[drafts[-1]]], device=tokens.device), cache=self.cache)[0, -1]
+        self.seen = text + drafts[:-1]  # the last draft was never fed
+        return torch.tensor(drafts, device=tokens.device), torch.stack(qs)  # (k,), (k, V)
+
+
+def shallow_exit(model: DecoderOnlyLM, num_layers: int) -> DecoderOnlyLM:
+    """The first ``num_layers`` blocks of ``model`` with its final norm and head: a
+    :class:`~transformer_lib.model.DecoderOnlyLM` that shares the target's modules (no weight is
+    copied), a draft whose cost is about ``num_layers / depth`` of the blocks plus the head.
+    Untrained for this: an early block's residual stream read through the final head is a poor guess
+    (chapter 24's logit lens), which is what its acceptance rate measures. Its one-token steps run
+    its modules: the fused quantized step (chapter 19) would fuse the shared layers' rows anew."""
+    n = check_shallow_exit(model, num_layers)
+    with torch.device("meta"):  # the structure only: every module is replaced by the target's below
+        draft = DecoderOnlyLM(dataclasses.replace(model.config, num_layers=n))
+    draft.embed, draft.pos, draft.norm, draft.head = model.embed, model.pos, model.norm, model.head
+    draft.blocks = nn.ModuleList(list(model.blocks[:n]))
+    return draft.train(model.training)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+@dataclass
+class Speculation:
+    """What :func:`speculative_generate` returns: ``tokens`` (1, L + n), the prompt (its first
+    ``prompt_length`` ids) and the new ids; ``proposed`` draft tokens offered, ``accepted`` of them
+    kept, ``target_calls`` forward passes of the target (the first reads the prompt too)."""
+    tokens: torch.Tensor
+    prompt_length: int
+    proposed: int
+    accepted: int
+    target_calls: int
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.tokens[0, self.prompt_length:].tolist()
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / proposed draft tokens (0 when none were proposed)."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_call(self) -> float:
+        """New tokens per forward pass of the target (1.0: ordinary decoding)."""
+        return (self.tokens.shape[1] - self.prompt_length) / self.target_calls if self.target_calls else 0.0
+
+
+@torch.no_grad()
+def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new_tokens: int, k: int = 4,
+                         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                         seed: int | None = None, generator: torch.Generator | None = None,
+                         eos_id: int | None = None) -> Speculation:
+    """Extend one row ``tokens`` (1, L) by up to ``max_new_tokens`` target tokens, ``k`` drafted per
+    target pass. Greedy (``temperature=0``) gives the ids of ``sampling.generate(target, tokens,
+    max_new_tokens, eos_id=eos_id)``; with sampling (temperature, top_k, top_p as in ``generate``)
+    every token is distributed as the target's.
+
+    Each round: the draft proposes k' <= k tokens; the target reads the tokens its cache lacks (the
+    whole prompt in the first round, else the last kept token) and the drafts, in one pass, giving
+    its distributions at each drafted position and the one after; :func:`verify` keeps m drafts and
+    adds one token; the cache is cut back to the kept text. Stops after ``max_new_tokens`` or at
+    ``eos_id`` (kept)."""
+    check_draft(draft)
+    check_one_row(tokens)
+    check_decoder_ids(target, tokens, "tokens")
+    check_int("max_new_tokens", max_new_tokens, 0)
+    check_int("k", k, 0)
+    check_strategy(temperature, top_k, top_p, 1.0)
+    if eos_id is not None:
+        check_int("eos_id", eos_id, 0)
+    check_seed(seed, generator)
+    check_fits(target, tokens.shape[1], max_new_tokens, None)
+    draft_model = getattr(draft, "model", None)
+    if draft_model is not None:
+        check_same_vocabulary(target, draft_model)
+        check_fits(draft_model, tokens.shape[1], max_new_tokens, None)
+    device = next(target.parameters()).device
+    tokens = tokens.to(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed) if seed is not None else generator
+    V = target.embed.num_embeddings
+    text = tokens[0].tolist()
+    cache = target.new_cache()
+    proposed = accepted = calls = 0
+    new = 0
+    while new < max_new_tokens:
+        budget = max_new_tokens - new  # this round yields at most k' + 1 tokens
+        drafts, q = draft.propose(torch.tensor(text, device=device), min(k, budget - 1), generator=gen,
+                                  temperature=temperature, top_k=top_k, top_p=top_p)
+        check_proposal(drafts, q, min(k, budget - 1), V)
+        drafts = drafts.to(device)
+        feed = torch.cat([torch.tensor(text[cache.length:], device=device), drafts])[None]  # (1, unseen + k')
+        logits = target(feed, cache=cache)[0, -(drafts.numel() + 1):].float()  # (k' + 1, V)
+        calls += 1
+        p = next_token_probs(logits, temperature, top_k, top_p)  # (k' + 1, V); greedy: one-hot argmax
+        m, token = verify(p, None if q is None else q.to(device).float(), drafts, gen)
+        proposed, accepted = proposed + drafts.numel(), accepted + m
+        kept = drafts[:m].tolist() + [token]
+        if eos_id is not None and eos_id in kept:
+            kept = kept[:kept.index(eos_id) + 1]
+        text += kept
+        new += len(kept)
+        cache.truncate(len(text) - 1)  # the rejected drafts leave; the last kept token is read next round
+        if eos_id is not None and text[-1] == eos_id:
+            break
+    return Speculation(torch.tensor([text], device=device), tokens.shape[1], proposed, accepted, calls)
+
+
+# -- how much it gains --------------------------------------------------------------------------
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one target pass yields when each draft token is kept with probability ``alpha``,
+    independently, until the first rejection: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)
+    (k + 1 at alpha = 1)."""
+    check_rates(alpha, k)
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def expected_speedup(alpha: float, k: int, cost_ratio: float, verify_cost: float = 1.0) -> float:
+    """Tokens per unit of time against ordinary decoding: ``expected_tokens(alpha, k) / (k * cost_ratio
+    + verify_cost)``. ``cost_ratio``: one draft step's time over one target step's (c in Leviathan et
+    al.); ``verify_cost``: the target's pass over k + 1 tokens over its one-token step (1 in their
+    formula, where the pass is free up to the memory bound; measure it on your machine)."""
+    check_rates(alpha, k, cost_ratio, verify_cost)
+    return expected_tokens(alpha, k) / (k * cost_ratio + verify_cost)
