@@ -1,6 +1,8 @@
 """transformer_lib.tasks: every synthetic data set, against its definition written out with loops."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -184,3 +186,43 @@ def test_answer_keys_hold_the_answers(B, L, V, seed):
 def test_batch_rejects_bad_sizes(kwargs, match):
     with pytest.raises(ValueError, match=match):
         three_lookups_batch(**kwargs)
+
+
+# -- the Markov language of chapter 31 --------------------------------------------------------------
+
+def test_markov_language_is_stationary_and_its_entropy_rate_is_the_sampled_loss():
+    """pi is a fixed point of the chain; the mean -log p of sampled windows (the chain's own loss)
+    matches window_loss within 4 standard errors of that mean."""
+    from transformer_lib.tasks import markov_language
+    lang = markov_language(vocab_size=12, seed=3)
+    p, pi = lang.transitions, lang.stationary
+    torch.testing.assert_close(torch.einsum("ab,abc->bc", pi, p), pi, rtol=0, atol=1e-12)
+    torch.testing.assert_close(p.sum(-1), torch.ones(12, 12, dtype=torch.float64))
+    w = lang.sample(4000, 10, torch.Generator().manual_seed(0))  # (4000, 10)
+    first = pi.sum(1)
+    nll = torch.cat([-torch.log(pi[w[:, 0], w[:, 1]] / first[w[:, 0]])[:, None],
+                     -torch.log(p[w[:, :-2], w[:, 1:-1], w[:, 2:]])], dim=1)  # (4000, 9)
+    per_window = nll.mean(1)
+    se = float(per_window.std() / math.sqrt(len(per_window)))
+    assert abs(float(per_window.mean()) - lang.window_loss(10)) < 4 * se
+    # the windows start in the stationary state: pair frequencies within 5 SE of pi
+    counts = torch.bincount(w[:, 0] * 12 + w[:, 1], minlength=144).double() / len(w)
+    bound = 5 * torch.sqrt(pi.reshape(-1) * (1 - pi.reshape(-1)) / len(w)) + 1e-3
+    assert torch.all((counts - pi.reshape(-1)).abs() < bound)
+    assert lang.window_loss(2) > lang.window_loss(10) > lang.entropy_rate
+
+
+def test_markov_language_is_seeded_and_checks_its_input():
+    from transformer_lib.tasks import markov_language
+    assert torch.equal(markov_language(8, seed=1).transitions, markov_language(8, seed=1).transitions)
+    assert not torch.equal(markov_language(8, seed=1).transitions, markov_language(8, seed=2).transitions)
+    for kwargs, name in [(dict(vocab_size=1), "vocab_size"), (dict(seed=-1), "seed"), (dict(concentration=0), "concentration"),
+                         (dict(weights=(0.5, 0.5)), "weights"), (dict(weights=(0.0, 0.5, 0.5)), "weights")]:
+        with pytest.raises(ValueError, match=name):
+            markov_language(**kwargs)
+    lang = markov_language(8)
+    for args, name in [((0, 4), "batch_size"), ((2, 1), "length")]:
+        with pytest.raises(ValueError, match=name):
+            lang.sample(*args)
+    with pytest.raises(ValueError, match="context"):
+        lang.window_loss(1)

@@ -11,18 +11,24 @@ Token conventions shared by the sequence-to-sequence tasks: ``PAD = 0``, ``BOS =
   back, always position 0, wherever the maximum is), and one softmax row cannot point at three
   places at once: a small laboratory in which heads specialize. These tokens are plain
   ``0 .. vocab_size - 1`` (the task needs no PAD/BOS/EOS).
+* a random second-order Markov language whose entropy rate is known exactly (scaling laws,
+  chapter 31): :func:`markov_language`.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
-from ._checks import check_generator, check_int, check_tokens
+from ._checks import check_generator, check_int, check_number, check_tokens
 from ._checks.tokens import check_id_dtype
 from ._checks.tasks import (check_equal_lengths, check_one_token, check_src_target,
                            check_task_vocab)
 
 __all__ = ["IOI_TEMPLATE", "IOI_PROMPTS", "ioi_batch", "PAD", "BOS", "EOS", "FIRST_TOKEN", "random_tokens", "reversal_batch", "shift_right", "recall_first_batch", "running_sum_batch", "prompt_batch",
-           "LOOKUP_TASKS", "three_lookups_batch", "answer_keys"]
+           "LOOKUP_TASKS", "three_lookups_batch", "answer_keys", "MarkovLanguage", "markov_language"]
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_TOKEN = 3
@@ -174,3 +180,89 @@ def ioi_batch(tokenizer, prompts=IOI_PROMPTS):
             out.append(ids[0])
     check_equal_lengths(clean + corrupted)
     return torch.tensor(clean), torch.tensor(corrupted), torch.tensor(io_ids), torch.tensor(s_ids)
+
+
+# -- a language with a known entropy rate (chapter 31) -------------------------------------------
+
+@dataclass(frozen=True)
+class MarkovLanguage:
+    """A second-order Markov chain over tokens ``0 .. V - 1``: P(x_t | x_{t-2}, x_{t-1}) is
+    ``transitions[x_{t-2}, x_{t-1}]``. Because the chain is known, so is the best loss any model can
+    reach on it: :meth:`window_loss` (nats per predicted token), the irreducible term of a scaling law."""
+    transitions: torch.Tensor  # (V, V, V) float64, rows sum to 1
+    stationary: torch.Tensor  # (V, V) float64: P(x_{t-1} = a, x_t = b) in the long run
+
+    @property
+    def vocab_size(self) -> int:
+        return self.transitions.shape[0]
+
+    @property
+    def entropy_rate(self) -> float:
+        """H = sum_ab pi(a, b) H(next | a, b): the loss per token of the true distribution, in nats."""
+        p = self.transitions
+        row_entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)  # (V, V)
+        return float((self.stationary * row_entropy).sum())
+
+    def window_loss(self, context: int) -> float:
+        """The least mean next-token loss on windows of ``context`` tokens started in the stationary
+        state, as :func:`~transformer_lib.training.evaluate_lm` scores them: the first prediction
+        sees one token (H(x_1 | x_0)), the other ``context - 2`` see the two they depend on (H)."""
+        check_int("context", context, 2)
+        pi = self.stationary
+        first = pi.sum(1)  # (V,) P(x_0)
+        h_pair = -(pi * torch.log(pi.clamp_min(1e-300))).sum()
+        h_first = -(first * torch.log(first.clamp_min(1e-300))).sum()
+        return float(((h_pair - h_first) + (context - 2) * self.entropy_rate) / (context - 1))
+
+    def sample(self, batch_size: int, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """(B, length) token ids: independent windows, each started in the stationary state (so a
+        window is a slice of an endless text) and continued by the chain."""
+        check_int("batch_size", batch_size)
+        check_int("length", length, 2)
+        check_generator("generator", generator)
+        V = self.vocab_size
+        pair_cdf = self.stationary.reshape(-1).cumsum(0)  # (V*V,)
+        cdf = self.transitions.cumsum(-1)  # (V, V, V)
+        u = torch.rand(length - 1, batch_size, 1, generator=generator, dtype=torch.float64)  # (L - 1, B, 1)
+        pair = torch.searchsorted(pair_cdf, u[0]).clamp_max(V * V - 1)[:, 0]  # (B,) index a * V + b
+        out = [pair // V, pair % V]
+        for t in range(2, length):
+            rows = cdf[out[-2], out[-1]]  # (B, V)
+            out.append(torch.searchsorted(rows, u[t - 1]).clamp_max(V - 1)[:, 0])
+        return torch.stack(out, dim=1)  # (B, length)
+
+
+def markov_language(vocab_size: int = 64, seed: int = 0, weights=(0.2, 0.4, 0.4),
+                    concentration: float = 0.1) -> MarkovLanguage:
+    """A seeded random second-order Markov language with three layers of structure:
+
+    P(c | a, b) = w_0 zipf(c) + w_1 Q_1[b, c] + w_2 Q_2[a, b, c]
+
+    a Zipfian unigram (ranks 1/k, shuffled), a bigram table and a trigram table whose rows are
+    Dirichlet(``concentration``) draws (small: peaked rows, much to memorise). A small model or a
+    short run learns the unigram and part of the bigram; the V^2 trigram rows, each seen about
+    1/V^2 of the time, take both parameters and data, which is what makes the loss fall smoothly
+    with both. The stationary distribution comes from power iteration, so the entropy rate is
+    exact to float64 rounding. Built with NumPy's seeded generator: the same language everywhere.
+    """
+    check_int("vocab_size", vocab_size, 2)
+    check_int("seed", seed, 0)
+    check_number("concentration", concentration, 0, low_open=True)
+    if len(weights) != 3 or any(not isinstance(w, (int, float)) or w < 0 for w in weights) or \
+            not math.isclose(sum(weights), 1.0) or weights[0] <= 0:
+        raise ValueError(f"weights must be three numbers >= 0 summing to 1, the first > 0, got {weights!r}")
+    rng = np.random.default_rng(seed)
+    V = vocab_size
+    zipf = 1.0 / np.arange(1, V + 1)
+    zipf = (zipf / zipf.sum())[rng.permutation(V)]
+    bigram = rng.dirichlet(np.full(V, concentration), size=V)  # (V, V)
+    trigram = rng.dirichlet(np.full(V, concentration), size=(V, V))  # (V, V, V)
+    p = weights[0] * zipf + weights[1] * bigram[None, :, :] + weights[2] * trigram  # (V, V, V)
+    p = torch.tensor(p / p.sum(-1, keepdims=True), dtype=torch.float64)
+    pi = torch.full((V, V), 1.0 / (V * V), dtype=torch.float64)
+    for _ in range(10_000):  # pi'(b, c) = sum_a pi(a, b) P(c | a, b)
+        new = torch.einsum("ab,abc->bc", pi, p)
+        if (new - pi).abs().max() < 1e-15:
+            break
+        pi = new
+    return MarkovLanguage(p, new)

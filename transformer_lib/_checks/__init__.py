@@ -38,6 +38,7 @@ from .reasoning import check_characters, check_group_rewards, check_grpo_args, c
 from .pretrained import check_bert_config, check_model_dir, check_bert_state, check_position_table, check_mask_like, check_embedding_matrix, check_text_list, check_gguf_file, check_rotary_rows, check_bpe_metadata, check_llama_metadata, check_full_rotary, check_tied_head, check_ids_input, check_nonempty_ids, check_chat_template  # noqa: F401
 from .evaluation import check_choice_item, check_encode, check_outcomes, check_real_values, check_confidences, check_ngram_size  # noqa: F401
 from .forests import check_feature_matrix, check_targets, check_same_features, check_two_features, check_train_rows, check_fitted, check_forest_size, check_grown, check_oob_forest  # noqa: F401
+from .scaling import check_countable_config, check_positive_array, check_grid  # noqa: F401
 from .serving import check_offset, check_prompt_list, check_ragged_model, check_block_pool, check_sequence_id, check_active_rows, check_row_lengths, check_workload_args, check_scheduler_args  # noqa: F401
 
 __all__ = sorted(name for name in dir() if name.startswith("check_"))  # every rule imported above
