@@ -18,7 +18,7 @@ import copy
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import transformer_lib as tl
@@ -175,6 +175,7 @@ def test_generate_batch_refuses_alibi_bad_cache_and_out_of_vocabulary_ids():
         PaddedKVCache(1, 2).update(0, torch.randn(3, 1, 1, 4), torch.randn(3, 1, 1, 4))
 
 
+@settings(deadline=None, max_examples=25)  # a model call per example: a loaded machine exceeds any deadline
 @given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=5), block=st.integers(1, 6))
 def test_paged_equals_padded_for_any_lengths_and_block_size(lengths, block):
     torch.manual_seed(0)

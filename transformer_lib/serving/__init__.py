@@ -9,8 +9,12 @@ a paged KV cache, continuous batching, and a streaming HTTP endpoint.
 - :mod:`.workload`: seeded arrivals and lengths, and the latency statistics of a run;
 - :mod:`.server`: the batcher behind an OpenAI-style ``/v1/completions`` route (``make serve``).
 """
-from .batching import CACHES, PaddedKVCache, generate_batch, pad_prompts
-from .paged_cache import PagedKVCache, blocks_needed
-from .ragged import RaggedCache
+from .batching import CACHES, PaddedKVCache, decode_step_time, generate_batch, pad_prompts
+from .paged_cache import PagedKVCache, blocks_needed, pool_slots
+from .ragged import RaggedCache, ragged_mask
+from .scheduler import ContinuousBatcher, serve_continuous, serve_one_at_a_time, serve_static
+from .workload import Request, latency_summary, make_workload
 
-__all__ = ["RaggedCache", "PaddedKVCache", "PagedKVCache", "generate_batch", "pad_prompts", "blocks_needed", "CACHES"]
+__all__ = ["RaggedCache", "PaddedKVCache", "PagedKVCache", "generate_batch", "pad_prompts", "blocks_needed",
+           "pool_slots", "ragged_mask", "decode_step_time", "ContinuousBatcher", "serve_continuous",
+           "serve_one_at_a_time", "serve_static", "Request", "make_workload", "latency_summary", "CACHES"]

@@ -26,13 +26,27 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_choice, check_int, check_prompt_list, check_ragged_model
+from .._checks import check_choice, check_int, check_number, check_prompt_list, check_ragged_model
 from .._checks.sampling import check_fits
 from .ragged import RaggedCache
 
-__all__ = ["PaddedKVCache", "generate_batch", "pad_prompts", "CACHES"]
+__all__ = ["PaddedKVCache", "generate_batch", "pad_prompts", "decode_step_time", "CACHES"]
 
 CACHES = ("padded", "paged")
+
+
+def decode_step_time(batch: int, weight_bytes: float, bandwidth: float, flops_per_row: float,
+                     peak_flops: float) -> float:
+    """The roofline of one decoding step of ``batch`` rows (seconds): the weights are read once for
+    every row (``weight_bytes / bandwidth``), the arithmetic grows with the rows
+    (``batch * flops_per_row / peak_flops``), and the step takes the longer of the two. Tokens/s
+    ``= batch / time`` grows with the batch until the arithmetic binds (chapter 19's roofline with
+    B rows of x: B times the arithmetic intensity)."""
+    check_int("batch", batch)
+    for name, value in (("weight_bytes", weight_bytes), ("bandwidth", bandwidth), ("flops_per_row", flops_per_row),
+                        ("peak_flops", peak_flops)):
+        check_number(name, value, 0, low_open=True)
+    return max(weight_bytes / bandwidth, batch * flops_per_row / peak_flops)
 
 
 class PaddedKVCache(RaggedCache):

@@ -29,12 +29,20 @@ import torch
 from .._checks import check_active_rows, check_block_pool, check_int, check_sequence_id
 from .ragged import RaggedCache
 
-__all__ = ["PagedKVCache", "blocks_needed"]
+__all__ = ["PagedKVCache", "blocks_needed", "pool_slots"]
 
 
 def blocks_needed(length: int, block_size: int) -> int:
     """Blocks that ``length`` positions occupy: ``ceil(length / block_size)``."""
     return -(-length // block_size)
+
+
+def pool_slots(tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Where positions live in the pool: ``tables`` (B, n) block numbers, ``positions`` (B, L) ->
+    (B, L) pool slots, ``tables[i, p // block_size] * block_size + p % block_size`` (the block
+    table's one job: the logical block p // block_size, then the offset inside it)."""
+    check_int("block_size", block_size)
+    return tables.gather(1, positions // block_size) * block_size + positions % block_size  # (B, L)
 
 
 class PagedKVCache(RaggedCache):
@@ -152,9 +160,9 @@ class PagedKVCache(RaggedCache):
                     self._release(old)
         positions = self.write_slots(L)  # (B, L)
         tables = self._table_tensor(blocks_needed(self.length + L, bs))  # (B, nb)
-        self._slots = tables.gather(1, positions // bs) * bs + positions % bs  # (B, L) pool slots to write
-        slots = tables[:, :, None] * bs + torch.arange(bs)  # (B, nb, bs) pool slot of every position
-        self._gather = slots.reshape(len(self.rows), -1)[:, :self.length + L]  # (B, W + L)
+        self._slots = pool_slots(tables, positions, bs)  # (B, L) pool slots to write
+        every = torch.arange(self.length + L).expand(len(self.rows), -1)  # (B, W + L) every position
+        self._gather = pool_slots(tables, every, bs)  # (B, W + L) pool slots to read
 
     def _table_tensor(self, width: int) -> torch.Tensor:
         """(B, width) block tables of the rows, padded with block 0 (read, never attended to)."""
@@ -170,13 +178,14 @@ class PagedKVCache(RaggedCache):
             self.keys[layer] = k.new_zeros(self.num_blocks * self.block_size, H, d)
             self.values[layer] = v.new_zeros(self.num_blocks * self.block_size, H, v.shape[3])
         slots = self._slots.reshape(-1).to(k.device)  # (B * L,)
-        self.keys[layer][slots] = k.transpose(1, 2).reshape(B * L, H, d)  # (B, H, L, d) -> (B * L, H, d)
-        self.values[layer][slots] = v.transpose(1, 2).reshape(B * L, H, v.shape[3])
+        self.keys[layer].index_copy_(0, slots, k.transpose(1, 2).reshape(B * L, H, d))  # (B, H, L, d) -> (B * L, H, d)
+        self.values[layer].index_copy_(0, slots, v.transpose(1, 2).reshape(B * L, H, v.shape[3]))
 
     def _read(self, layer: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         index = self._gather.to(self.keys[layer].device)  # (B, W + L)
-        k = self.keys[layer][index].transpose(1, 2)  # (B, W + L, H, d) -> (B, H, W + L, d)
-        v = self.values[layer][index].transpose(1, 2)
+        B, W = index.shape
+        k, v = (pool.index_select(0, index.reshape(-1)).view(B, W, *pool.shape[1:]).transpose(1, 2)
+                for pool in (self.keys[layer], self.values[layer]))  # (B * W, H, d) -> (B, H, W, d)
         return k, v
 
     def __repr__(self) -> str:

@@ -25,6 +25,19 @@ import torch
 from .._checks import check_cache_update, check_int, check_row_lengths
 
 
+def ragged_mask(lengths: torch.Tensor, L: int) -> torch.Tensor:
+    """(B, 1, L, W + L) boolean, ``W = max(lengths)``: row i's new token t (at position
+    ``lengths[i] + t``) may attend to key slot j when ``j <= lengths[i] + t``. Causal and padding
+    mask in one inequality, because slot j holds position j in every row."""
+    check_row_lengths(lengths, torch.as_tensor(lengths), "lengths")
+    check_int("L", L)
+    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    width = (int(lengths.max()) if lengths.numel() else 0) + L
+    query = lengths[:, None] + torch.arange(L, device=lengths.device)  # (B, L) positions of the new tokens
+    slots = torch.arange(width, device=lengths.device)  # (W + L,)
+    return (slots[None, None, :] <= query[:, :, None])[:, None]  # (B, 1, L, W + L)
+
+
 class RaggedCache:
     """Per-layer keys and values of B rows of different lengths (the protocol of
     :class:`~transformer_lib.kv_cache.KVCache`, per row). Subclasses implement ``_begin(L)``
@@ -66,11 +79,7 @@ class RaggedCache:
 
     def mask(self, L: int) -> torch.Tensor:
         """(B, 1, L, W + L): key slot j visible to row i's new token t when ``j <= len_i + t``."""
-        lengths = self.row_lengths()
-        width = self.length + L
-        query = lengths[:, None] + torch.arange(L, device=lengths.device)  # (B, L) positions of the new tokens
-        slots = torch.arange(width, device=lengths.device)  # (W + L,)
-        return (slots[None, None, :] <= query[:, :, None])[:, None]  # (B, 1, L, W + L)
+        return ragged_mask(self.row_lengths(), L)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store row i's L new keys/values (B, H_kv, L, d) at slots len_i .. len_i + L - 1 and return

@@ -64,9 +64,10 @@ def make_workload(num_requests: int, rate: float | None, prompt_lengths=(16, 128
     id lists) is given, each request's prompt the start of one of them (drawn uniformly)."""
     check_workload_args(num_requests, rate, prompt_lengths, output_lengths, seed)
     g = torch.Generator().manual_seed(seed)
-    gaps = torch.zeros(num_requests) if rate is None else \
-        torch.empty(num_requests).exponential_(rate, generator=g)  # (N,) seconds between arrivals
-    arrivals = (gaps.cumsum(0) - gaps[0]).tolist()  # the first request at time 0
+    # (N,) seconds between arrivals, drawn at every rate (None too) so that the lengths and prompts
+    # below are the same requests whatever the rate: only the arrival times scale
+    gaps = torch.empty(num_requests).exponential_(1.0, generator=g) / (1.0 if rate is None else rate)
+    arrivals = [0.0] * num_requests if rate is None else (gaps.cumsum(0) - gaps[0]).tolist()  # first at 0
     lo, hi = prompt_lengths
     p_len = torch.randint(lo, hi + 1, (num_requests,), generator=g).tolist()
     o_len = torch.randint(output_lengths[0], output_lengths[1] + 1, (num_requests,), generator=g).tolist()
