@@ -153,7 +153,7 @@ def _grid_objective(points, log_n, log_d, log_l, delta):
     return huber(lse - log_l, delta).sum(1)  # (G,)
 
 
-def fit_scaling_law(n, d, loss, delta: float = 1e-3, grid: dict | None = None, starts: int | None = 32) -> ScalingFit:
+def fit_scaling_law(n, d, loss, delta: float = 1e-3, grid: dict | None = None, starts: int | None = 16) -> ScalingFit:
     """Fit L(N, D) = E + A/N^alpha + B/D^beta to runs (``n[i]`` parameters, ``d[i]`` tokens, final
     ``loss[i]``) by Hoffmann et al.'s approach 3: L-BFGS (scipy) on the Huber loss (``delta``) of
     ``log(A/N^alpha + B/D^beta + E) - log L`` over theta = (a, b, e, alpha, beta), a = log A, b = log B,
