@@ -1,4 +1,4 @@
-"""Scoring a language model on a task: the two families of chapter 30, "Scoring a model".
+"""Scoring a language model on a task: the two families of chapter 30 ("Building it with the library").
 
 **Log-likelihood over choices.** A question (the *context*) and a few candidate answers (the
 *choices*); the model reads the context and we sum the log-probabilities of each choice's tokens:
