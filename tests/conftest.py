@@ -61,7 +61,7 @@ BOOKKIT_TIERS = {"test_book": "book", "test_pdf": "book",
                  "test_course": "course", "test_course_guide": "course", "test_grading_limits": "course",
                  "test_process_limit": "course", "test_teaching": "course"}
 SLOW_UNIT_FILES = {"test_sparse", "test_distributed", "test_quantization", "test_smollm2", "test_extensions", "test_config",
-                   "test_speculative"}
+                   "test_speculative", "test_evaluation_lm_eval"}
 ROOT = Path(__file__).resolve().parents[1]
 
 
