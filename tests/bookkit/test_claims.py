@@ -75,6 +75,8 @@ INVERSIONS: list[tuple[str, int, str]] = [
     ("26-reasoning-at-test-time", 0, "greedy_acc = {d: 1 - v for d, v in greedy_acc.items()}"),
     # Measuring a model: SmolLM2's capital answers replaced by a guesser's (one in four right)
     ("30-evaluation", 0, "interval = accuracy_interval([int(i % 4 == 0) for i in range(64)])"),
+    # Serving many users: each row's cached lengths taken one longer than the mask was built for
+    ("28-serving-many-users", 0, "lengths = [n + 1 for n in lengths]"),
     # Appendix: the simulated split scores doubled away from the formula's
     ("A-random-forests", 0, "grid = {key: (2 * sim, formula) for key, (sim, formula) in grid.items()}"),
 ]
