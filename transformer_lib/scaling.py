@@ -15,8 +15,8 @@ them:
   for the backward pass. It is the count ``profiling.count_flops`` measures (tests/test_scaling.py).
 * **Approach 3, the parametric fit** -- :func:`fit_scaling_law`: minimise a Huber loss of the
   residuals ``log L_pred - log L`` over ``(log A, log B, log E, alpha, beta)`` with L-BFGS, started
-  from every point of a grid, keeping the best (their Appendix D.2). The log makes every run count
-  the same whatever its loss; Huber (delta = 1e-3) keeps one bad run from dragging the fit. The
+  from many points of Hoffmann et al.'s grid, keeping the best optimum. The log makes every run
+  count the same whatever its loss; Huber (delta = 1e-3) keeps one bad run from dragging the fit. The
   result's :meth:`ScalingFit.compute_optimal` is the split that minimises L under C = 6ND:
   N_opt = G (C/6)^(beta/(alpha+beta)), D_opt = (C/6)^(alpha/(alpha+beta)) / G with
   G = (alpha A / (beta B))^(1/(alpha+beta)).
