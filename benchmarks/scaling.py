@@ -2,7 +2,7 @@
 known, at four compute budgets spanning 33x, the law fitted to them, a prediction written down,
 then a larger held-out run (4x the largest budget) that checks it. Chapter 31 reads the results.
 
-    OMP_NUM_THREADS=1 nice python benchmarks/scaling.py sweep --workers 4  # ~6 minutes of CPU
+    OMP_NUM_THREADS=1 nice python benchmarks/scaling.py sweep --workers 4  # ~7 minutes of CPU (30 runs)
     OMP_NUM_THREADS=1 nice python benchmarks/scaling.py predict   # fit, choose and predict the held-out run
     OMP_NUM_THREADS=1 nice python benchmarks/scaling.py heldout   # ~1.5 minutes: train it, record the loss
 
