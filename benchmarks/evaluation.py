@@ -1,6 +1,6 @@
 """Chapter 30's evaluation sweep: every model of the book on the book's evaluation sets.
 
-    .venv/bin/python benchmarks/evaluation.py            # about 6 CPU minutes, one thread
+    .venv/bin/python benchmarks/evaluation.py            # about 7.5 CPU minutes, one thread
     .venv/bin/python benchmarks/evaluation.py --quick    # a few items per setting (a smoke test)
 
 Writes ``benchmarks/results/evaluation.json``; the chapter computes every accuracy, interval,
