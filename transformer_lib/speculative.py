@@ -71,11 +71,12 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from (V,) probabilities; a point mass (greedy) without touching the generator."""
+    """One token from (V,) probabilities, drawn on the CPU (where the loop's generator lives); a point
+    mass (greedy) without touching the generator."""
     top = int(probs.argmax())
     if float(probs[top]) == 1.0:
         return top
-    return int(torch.multinomial(probs.float(), 1, generator=generator))
+    return int(torch.multinomial(probs.float().cpu(), 1, generator=generator))
 
 
 def verify(p: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor,
@@ -214,7 +215,7 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
     """Extend one row ``tokens`` (1, L) by up to ``max_new_tokens`` target tokens, ``k`` drafted per
     target pass. Greedy (``temperature=0``) gives the ids of ``sampling.generate(target, tokens,
     max_new_tokens, eos_id=eos_id)``; with sampling (temperature, top_k, top_p as in ``generate``)
-    every token is distributed as the target's.
+    every token is distributed as the target's (draws on the CPU: ``seed``, or a CPU ``generator``).
 
     Each round: the draft proposes k' <= k tokens; the target reads the tokens its cache lacks (the
     whole prompt in the first round, else the last kept token) and the drafts, in one pass, giving

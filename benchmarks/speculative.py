@@ -1,0 +1,216 @@
+"""Speculative decoding on SmolLM2: acceptance, tokens per target pass and speed-up per draft and k,
+against the target's own greedy decoding, side by side in one run (issue 50, chapter 29).
+
+    .venv/bin/python benchmarks/speculative.py                 # the full table (about 15 CPU minutes)
+    .venv/bin/python benchmarks/speculative.py --quick         # 24 new tokens, one round, 3 prompts
+
+Setting: SmolLM2-135M-Instruct from the packaged GGUF, batch 1, CPU, greedy, up to ``--new``
+(48) new tokens after each of ``PROMPTS`` (chat template; three ask to copy or edit a text they
+contain, three are open questions), stopping at the end-of-turn token. Targets: float32
+(``load_smollm2``), int8 and int4 (``quantize(copy, bits)``, default widths; their one-token steps
+run the fused step of chapter 19). Generators on each target:
+
+* greedy     - ``sampling.generate`` (the target's own decoding: prefill, then one token a step);
+* lookup k   - ``speculative_generate`` with ``PromptLookup()`` (n-grams of 3, 2, 1 tokens);
+* int4 k, int8 k - with ``ModelDraft`` of the int4 / int8 copy of the same weights (caveat: the
+               float32 weights are the file's 4-bit weights decoded, so the int4 copy is the same
+               model on the same grid: it shows what a draft that almost always agrees buys);
+* exit n k   - with ``ModelDraft(shallow_exit(target, n))``: the first n of 30 blocks, the final norm
+               and head, untrained for it.
+
+Every speculative row's ids are compared with the greedy row's (``identical``). Method: one
+warm-up run of every generator (8 tokens), then ``--rounds`` rounds, each running every
+generator on every prompt in turn (interleaved, so a load change hits all alike); per generator
+and prompt the median seconds over rounds. Reported per generator: tokens/s over all prompts
+(sum of new tokens / sum of median CPU seconds: see CLOCK), the median over prompts of the paired speed-up
+(greedy seconds / its seconds on the same prompt, same target) with its range, the acceptance
+rate (accepted / proposed drafts) and the new tokens per target pass. Part ``costs``: one target
+step at a 101-token context, a pass over k + 1 tokens (``verify_cost``, in target steps) and each
+draft's step (``cost_ratio``), medians of ``--steps``, for the formula
+``expected_speedup = tokens per pass / (k * cost_ratio + verify_cost)``.
+
+It prints, asserts nothing, and writes benchmarks/results/speculative.json for chapter 29. Run it
+on a quiet machine; torch uses ``--threads`` threads (1: the chapters' setting, and the most
+stable on a shared machine).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from _results import describe, machine, write_results  # noqa: E402
+
+from transformer_lib.pretrained import load_smollm2  # noqa: E402
+from transformer_lib.quantization import quantize  # noqa: E402
+from transformer_lib.sampling import generate  # noqa: E402
+from transformer_lib.speculative import ModelDraft, PromptLookup, shallow_exit, speculative_generate  # noqa: E402
+
+PASSAGE = ("The river rose slowly through the night. By morning the lower fields were under water, and "
+           "the farmers moved their animals to the hill behind the church, where the ground stayed dry.")
+CODE = ("def total(xs):\n    x = 0\n    for v in xs:\n        x = x + v\n    return x\n")
+PROMPTS = {  # kind: copy (the answer repeats the prompt's text) or open
+    "quote": ("copy", f"Repeat the following paragraph word for word:\n\n{PASSAGE}"),
+    "spelling": ("copy", "Correct the spelling mistakes and give back the whole text:\n\nThe rivr rose slowly "
+                         "thruogh the nigth. By mornig the lower feilds were under watter."),
+    "rename": ("copy", f"Rename the variable x to count in this Python function and show the whole "
+                       f"function:\n\n{CODE}"),
+    "capital": ("open", "What is the capital of France, and what is it famous for?"),
+    "story": ("open", "Write a short story about a robot who learns to paint."),
+    "tips": ("open", "Give me five tips for learning a new language."),
+}
+EXIT_LAYERS = 24
+# Times are the process's CPU seconds (one thread: the time the work takes on a core of its own).
+# On a machine shared with other jobs, wall-clock time also counts the waits for a core, several
+# times the work at a load of 10 on 2 cores; wall seconds are recorded beside them.
+CLOCK = "cpu_seconds"
+
+
+def generators(models: dict) -> dict:
+    """name -> (target name, draft or None for the target's own greedy decoding, k)."""
+    f32, q8, q4 = models["float32"], models["int8"], models["int4"]
+    out = {"float32 greedy": ("float32", None, 0)}
+    for k in (2, 4, 8):
+        out[f"float32 lookup k={k}"] = ("float32", PromptLookup(), k)
+    for k in (2, 4, 8, 12, 16):
+        out[f"float32 int4-draft k={k}"] = ("float32", ModelDraft(q4), k)
+    out["float32 int8-draft k=4"] = ("float32", ModelDraft(q8), 4)
+    out[f"float32 exit{EXIT_LAYERS} k=2"] = ("float32", ModelDraft(shallow_exit(f32, EXIT_LAYERS)), 2)
+    out["int8 greedy"] = ("int8", None, 0)
+    out["int8 lookup k=4"] = ("int8", PromptLookup(), 4)
+    out["int8 int4-draft k=4"] = ("int8", ModelDraft(q4), 4)
+    out["int4 greedy"] = ("int4", None, 0)
+    out["int4 lookup k=4"] = ("int4", PromptLookup(), 4)
+    return out
+
+
+def run(models, spec, ids, new, eos):
+    target, draft, k = spec
+    model = models[target]
+    start, start_cpu = time.perf_counter(), time.process_time()
+    if draft is None:
+        out = generate(model, ids, new, eos_id=eos)
+        result = {"ids": out[0, ids.shape[1]:].tolist(), "proposed": 0, "accepted": 0, "calls": None}
+    else:
+        s = speculative_generate(model, draft, ids, new, k=k, eos_id=eos)
+        result = {"ids": s.new_ids, "proposed": s.proposed, "accepted": s.accepted, "calls": s.target_calls}
+    result["seconds"], result["cpu_seconds"] = time.perf_counter() - start, time.process_time() - start_cpu
+    return result
+
+
+@torch.no_grad()
+def costs(models: dict, ids: torch.Tensor, steps: int) -> dict:
+    """ms of one target step and of a pass over k + 1 tokens (k = 2, 4, 8) at ids' context, per
+    target, and of each draft's one-token step; medians of ``steps``."""
+    def median_ms(model, n, context):
+        cache = model.new_cache()
+        model(ids[:, :context], cache=cache)
+        times = []
+        for _ in range(steps):
+            start = time.process_time()
+            model(ids[:, context:context + n], cache=cache)
+            times.append(time.process_time() - start)
+            cache.truncate(context)
+        return 1e3 * statistics.median(times)
+
+    context = ids.shape[1] - 9
+    out = {}
+    for name in ("float32", "int8", "int4"):
+        model = models[name]
+        out[name] = {"step_ms": round(median_ms(model, 1, context), 2),
+                     "pass_ms": {k: round(median_ms(model, k + 1, context), 2) for k in (2, 4, 8)}}
+    out[f"exit{EXIT_LAYERS}"] = {"step_ms": round(median_ms(shallow_exit(models["float32"], EXIT_LAYERS), 1,
+                                                             context), 2)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="24 new tokens, one round, 3 prompts, 3 steps")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    new, rounds, steps = (24, 1, 3) if args.quick else (args.new, args.rounds, args.steps)
+    prompts = dict(list(PROMPTS.items())[::2]) if args.quick else PROMPTS
+
+    lm = load_smollm2("cpu")
+    f32 = lm.model.eval()
+    models = {"float32": f32, "int8": quantize(copy.deepcopy(f32), 8), "int4": quantize(copy.deepcopy(f32), 4)}
+    gens = generators(models)
+    ids = {name: lm.prompt_ids([{"role": "user", "content": text}])[None] for name, (_, text) in prompts.items()}
+
+    first = next(iter(prompts))
+    for spec in gens.values():  # warm-up: every generator once, a few tokens
+        run(models, spec, ids[first], 8, lm.eos_id)
+    results = {g: {p: [] for p in prompts} for g in gens}
+    for r in range(rounds):
+        for p in prompts:
+            for g, spec in gens.items():
+                results[g][p].append(run(models, spec, ids[p], new, lm.eos_id))
+        print(f"# round {r + 1} of {rounds} done", flush=True)
+
+    cost = costs(models, torch.tensor([lm.encode(PASSAGE * 3)[:110]]), steps)
+    rows = []
+    for g, (target, draft, k) in gens.items():
+        base = f"{target} greedy"
+        per_prompt = []
+        for p in prompts:
+            runs, ref = results[g][p], results[base][p]
+            seconds = statistics.median(x[CLOCK] for x in runs)
+            per_prompt.append({
+                "prompt": p, "kind": prompts[p][0], "new_tokens": len(runs[0]["ids"]),
+                "seconds": round(seconds, 4), "wall_seconds": round(statistics.median(x["seconds"] for x in runs), 4),
+                "speedup": round(statistics.median(x[CLOCK] for x in ref) / seconds, 3),
+                "identical": all(x["ids"] == ref[0]["ids"] for x in runs),
+                "proposed": runs[0]["proposed"], "accepted": runs[0]["accepted"], "target_calls": runs[0]["calls"]})
+        tokens = sum(x["new_tokens"] for x in per_prompt)
+        seconds = sum(x["seconds"] for x in per_prompt)
+        proposed = sum(x["proposed"] for x in per_prompt)
+        calls = sum(x["target_calls"] or x["new_tokens"] for x in per_prompt)
+        speedups = [x["speedup"] for x in per_prompt]
+        rows.append({
+            "generator": g, "target": target, "draft": None if draft is None else g.split()[1], "k": k,
+            "tokens_per_s": round(tokens / seconds, 2),
+            "speedup_median": round(statistics.median(speedups), 3),
+            "speedup_min": min(speedups), "speedup_max": max(speedups),
+            "speedup_copy": round(statistics.median(x["speedup"] for x in per_prompt if x["kind"] == "copy"), 3),
+            "speedup_open": round(statistics.median(x["speedup"] for x in per_prompt if x["kind"] == "open"), 3),
+            "acceptance": round(sum(x["accepted"] for x in per_prompt) / proposed, 3) if proposed else None,
+            "tokens_per_pass": round(tokens / calls, 3),
+            "identical": all(x["identical"] for x in per_prompt), "prompts": per_prompt})
+
+    print(f"# SmolLM2-135M, batch 1, greedy, up to {new} new tokens, {len(prompts)} prompts, "
+          f"{args.threads} thread(s), medians of {rounds} rounds, CPU seconds")
+    print(f"# {describe(machine())}")
+    print(f"{'generator':<26}{'tok/s':>7}{'speed-up':>10}{'[min, max]':>15}{'copy':>7}{'open':>7}"
+          f"{'accept':>8}{'tok/pass':>9}  identical")
+    for r in rows:
+        acc = "" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        print(f"{r['generator']:<26}{r['tokens_per_s']:>7.1f}{r['speedup_median']:>9.2f}x"
+              f"  [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]{r['speedup_copy']:>7.2f}{r['speedup_open']:>7.2f}"
+              f"{acc:>8}{r['tokens_per_pass']:>9.2f}  {r['identical']}")
+    print("# costs (ms):", cost)
+    if not args.no_write:
+        write_results("speculative", {
+            "setting": {"model": "SmolLM2-135M-Instruct (GGUF Q4_1; float32 = its weights decoded)", "batch": 1,
+                        "device": "cpu", "decoding": "greedy", "max_new_tokens": new, "threads": args.threads,
+                        "rounds": rounds, "steps": steps, "clock": "process CPU seconds", "exit_layers": EXIT_LAYERS, "lookup_ngrams": [3, 2, 1],
+                        "prompts": {p: {"kind": kind, "text": text} for p, (kind, text) in prompts.items()}},
+            "rows": rows, "costs": cost})
+
+
+if __name__ == "__main__":
+    main()
