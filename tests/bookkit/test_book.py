@@ -18,7 +18,7 @@ from bookkit import conventions
 
 PARTS = ["Start here", "Attention", "Building blocks", "Efficient attention", "The whole model", "Language models",
          "Scale", "Adapting a pretrained model", "Inside the model", "Current open models", "Reasoning",
-         "Appendix"]
+         "Serving many users", "Measuring a model", "Appendix"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
