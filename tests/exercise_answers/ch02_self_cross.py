@@ -89,7 +89,7 @@ def _cross_numpy(x_dec, x_enc, w_q, w_k, w_v):
 
 
 def _wrong_cross(source_of_keys: str, scale: bool = True):
-    def answer(x_dec, x_enc, w_q, w_k, w_v):
+    def wrong_cross_attention(x_dec, x_enc, w_q, w_k, w_v):
         kv = x_dec if source_of_keys == "decoder" else x_enc
         q_src = x_enc if source_of_keys == "swapped" else x_dec
         kv = x_dec if source_of_keys == "swapped" else kv
@@ -97,7 +97,7 @@ def _wrong_cross(source_of_keys: str, scale: bool = True):
         s = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5 if scale else 1.0)
         w = torch.softmax(s, dim=-1)
         return w @ v, w
-    return answer
+    return wrong_cross_attention
 
 
 def _qkv_no_transpose(mha, x_q, x_kv):
