@@ -39,6 +39,11 @@ __all__ = ["ContinuousBatcher", "serve_one_at_a_time", "serve_static", "serve_co
 POLICIES = ("prefill-first",)
 
 
+def _generator(r: Request) -> torch.Generator:
+    """The request's own sampling generator, seeded as ``sampling.generate_ids(..., seed=...)`` seeds it."""
+    return torch.Generator().manual_seed(0 if r.seed is None else r.seed)
+
+
 def _pick(logits: torch.Tensor, requests: list[Request], generators: dict) -> list[int]:
     """One token per row of ``logits`` (B, V): greedy rows together, sampling rows each with its
     request's own generator (the draws ``sampling.generate_ids(..., seed=...)`` makes)."""
@@ -140,7 +145,7 @@ class ContinuousBatcher:
             self.cache.add_sequence(r.id)
             self.cache.select([r.id])
             if r.temperature > 0:
-                self._generators[r.id] = torch.Generator().manual_seed(0 if r.seed is None else r.seed)
+                self._generators[r.id] = _generator(r)
             prompt = torch.tensor([r.prompt], device=self.device)  # (1, L)
             logits = self.model(prompt, cache=self.cache)[:, -1].float()  # (1, V)
             self.running.append(r)
@@ -198,11 +203,10 @@ def serve_one_at_a_time(model, requests: list[Request], clock=time.perf_counter)
     for r in sorted(requests, key=lambda r: r.arrival):
         time.sleep(max(0.0, r.arrival - (clock() - start)))
         cache = model.new_cache(initial_capacity=len(r.prompt) + r.max_tokens)
-        gen = torch.Generator().manual_seed(0 if r.seed is None else r.seed)
+        generators = {r.id: _generator(r)}
         logits = model(torch.tensor([r.prompt], device=device), cache=cache)[:, -1].float()  # (1, V)
         while True:
-            token = int(sample_next(logits, r.temperature, generator=gen)) if r.temperature > 0 \
-                else int(logits.argmax(-1))
+            token = _pick(logits, [r], generators)[0]
             r.tokens.append(token)
             r.token_times.append(clock() - start)
             if len(r.tokens) >= r.max_tokens:
