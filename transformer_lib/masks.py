@@ -15,7 +15,8 @@ from typing import Iterable, Sequence
 import torch
 
 from ._checks import (check_bigbird_blocks, check_bool, check_bool_mask, check_bool_masks, check_causal_lengths,
-                      check_int, check_layout_to_mask, check_positions_list, check_sequence_lengths, check_torch_mask)
+                      check_int, check_layout_to_mask, check_positions_list, check_row_lengths, check_sequence_lengths,
+                      check_torch_mask)
 
 __all__ = [
     "causal_mask",
@@ -33,6 +34,7 @@ __all__ = [
     "to_torch_mha_mask",
     "from_torch_mha_mask",
     "key_padding_to_mask",
+    "ragged_mask",
 ]
 
 
@@ -240,3 +242,16 @@ def bigbird_mask(L: int, block_size: int, window_blocks: int = 3, global_blocks:
     check_int("block_size", block_size)
     nb = -(-L // block_size)  # ceil(L / block_size)
     return layout_to_mask(bigbird_block_layout(nb, window_blocks, global_blocks, random_blocks, seed), block_size, L)
+
+
+def ragged_mask(lengths: torch.Tensor, L: int) -> torch.Tensor:
+    """(B, 1, L, W + L) boolean, ``W = max(lengths)``: row i's new token t (at position
+    ``lengths[i] + t``) may attend to key slot j when ``j <= lengths[i] + t``. Causal and padding
+    mask in one inequality, because slot j holds position j in every row."""
+    check_row_lengths(lengths, torch.as_tensor(lengths), "lengths")
+    check_int("L", L)
+    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    width = (int(lengths.max()) if lengths.numel() else 0) + L
+    query = lengths[:, None] + torch.arange(L, device=lengths.device)  # (B, L) positions of the new tokens
+    slots = torch.arange(width, device=lengths.device)  # (W + L,)
+    return (slots[None, None, :] <= query[:, :, None])[:, None]  # (B, 1, L, W + L)

@@ -23,19 +23,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_cache_update, check_int, check_row_lengths
-
-
-def ragged_mask(lengths: torch.Tensor, L: int) -> torch.Tensor:
-    """(B, 1, L, W + L) boolean, ``W = max(lengths)``: row i's new token t (at position
-    ``lengths[i] + t``) may attend to key slot j when ``j <= lengths[i] + t``. Causal and padding
-    mask in one inequality, because slot j holds position j in every row."""
-    check_row_lengths(lengths, torch.as_tensor(lengths), "lengths")
-    check_int("L", L)
-    lengths = torch.as_tensor(lengths, dtype=torch.long)
-    width = (int(lengths.max()) if lengths.numel() else 0) + L
-    query = lengths[:, None] + torch.arange(L, device=lengths.device)  # (B, L) positions of the new tokens
-    slots = torch.arange(width, device=lengths.device)  # (W + L,)
-    return (slots[None, None, :] <= query[:, :, None])[:, None]  # (B, 1, L, W + L)
+from ..masks import ragged_mask
 
 
 class RaggedCache:
