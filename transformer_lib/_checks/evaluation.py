@@ -2,6 +2,7 @@
 the normalisations of a choice's log-likelihood, n-gram sizes and confidences."""
 from __future__ import annotations
 
+import math
 import numbers
 
 from .scalars import check_int
@@ -29,37 +30,39 @@ def check_encode(encode) -> None:
         raise TypeError(f"encode must be a callable text -> list of token ids, got {type(encode).__name__}")
 
 
+def _per_item(name: str, values, length: int | None, *, sequence_of: str, is_valid, invalid: str,
+              item: str, per_item: str) -> list[float]:
+    """A non-empty sequence (list, tuple, tensor, array) of numbers each accepted by ``is_valid``,
+    returned as floats; ``length``, when given, is the number of items it must have."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a sequence of {sequence_of}, got {type(values).__name__}")
+    out = []
+    for v in (values.tolist() if hasattr(values, "tolist") else values):
+        if not is_valid(v):
+            raise ValueError(f"{name} must hold {invalid}, got {v!r}")
+        out.append(float(v))
+    if not out:
+        raise ValueError(f"{name} must hold at least one {item}")
+    if length is not None and len(out) != length:
+        raise ValueError(f"{name} must have {per_item.format(length=length)}, got {len(out)}")
+    return out
+
+
 def check_outcomes(name: str, values, length: int | None = None) -> list[float]:
     """Per-item outcomes: a non-empty sequence of 0/1 (bools, ints or floats equal to 0 or 1);
     returned as floats. ``length``: the number of items it must have (a paired comparison)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a sequence of 0/1 outcomes (one per item), got {type(values).__name__}")
-    out = []
-    for v in (values.tolist() if hasattr(values, "tolist") else values):
-        if not isinstance(v, numbers.Real) or float(v) not in (0.0, 1.0):
-            raise ValueError(f"{name} must hold only 0/1 outcomes (right / wrong), got {v!r}")
-        out.append(float(v))
-    if not out:
-        raise ValueError(f"{name} must hold at least one item")
-    if length is not None and len(out) != length:
-        raise ValueError(f"{name} must have one outcome per item of the other model ({length}), got {len(out)}")
-    return out
+    return _per_item(name, values, length, sequence_of="0/1 outcomes (one per item)",
+                     is_valid=lambda v: isinstance(v, numbers.Real) and float(v) in (0.0, 1.0),
+                     invalid="only 0/1 outcomes (right / wrong)", item="item",
+                     per_item="one outcome per item of the other model ({length})")
 
 
 def check_real_values(name: str, values, length: int | None = None) -> list[float]:
     """Per-item real numbers (confidences, scores): finite; returned as floats."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
-    out = []
-    for v in (values.tolist() if hasattr(values, "tolist") else values):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v or abs(float(v)) == float("inf"):
-            raise ValueError(f"{name} must hold finite numbers, got {v!r}")
-        out.append(float(v))
-    if not out:
-        raise ValueError(f"{name} must hold at least one number")
-    if length is not None and len(out) != length:
-        raise ValueError(f"{name} must have {length} values (one per item), got {len(out)}")
-    return out
+    return _per_item(name, values, length, sequence_of="numbers",
+                     is_valid=lambda v: (not isinstance(v, bool) and isinstance(v, numbers.Real)
+                                         and math.isfinite(float(v))),
+                     invalid="finite numbers", item="number", per_item="{length} values (one per item)")
 
 
 def check_confidences(values, length: int | None = None) -> list[float]:
