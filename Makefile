@@ -22,7 +22,12 @@ TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.
 # no shared fixture, so it runs as four processes of about eight chapters each (the first also runs
 # the tests/bookkit checks of the chapters' sources): seven jobs, two at a time, one per core of
 # CI's two, the longest (book, course, unit) first, each next job starting when a slot frees up
-# (make's own queue: no timings are written down anywhere). With the chapters as one process, it
+# (make's own queue: no timings are written down anywhere). That order holds only if the jobs have
+# no phony prerequisite with a recipe (browser-deps, compiler-deps, sandbox-deps): make runs such a
+# prerequisite as a job of its own and meanwhile starts the goals that need nothing, so the fresh-
+# clone run of 2,044 s started the four chapter jobs first and the book (961 s) only after 550 s,
+# and ended with the unit tier alone. make test installs the tools before its jobs, and in its jobs
+# (IN_MAKE_TEST=1) the tier targets list none (TOOLS). With the chapters as one process, it
 # ran alone on one core for the last five minutes of the 1,722 s CI run; running every tier at
 # once was slower still (each started Chromium, kernels or compilers beside the others'). Each job
 # prints its own output and summary line when it ends (--output-sync); -k runs every job even when
@@ -69,13 +74,17 @@ PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q --durations=20
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 test: venv browser-deps compiler-deps hub-deps sandbox-deps
-	$(MAKE) --no-print-directory -k -j$(TIERS_AT_ONCE) --output-sync=target test-book test-course test-unit $(CHAPTER_JOBS)
+	$(MAKE) --no-print-directory -k -j$(TIERS_AT_ONCE) --output-sync=target IN_MAKE_TEST=1 test-book test-course test-unit $(CHAPTER_JOBS)
+
+# a tier's tools (phony targets that install what is missing): none inside make test, which has
+# installed them before starting its jobs (see the job order above)
+TOOLS = $(if $(IN_MAKE_TEST),,$(1))
 
 # One tier each (`pytest -m <tier>` selects the same by hand). test-book also runs the browser tier:
 # both read book/_build, which one process builds once.
 test-fast: venv
 	$(PYTEST) -m "unit and not slow" tests
-test-unit: venv compiler-deps
+test-unit: venv $(call TOOLS,compiler-deps)
 	$(PYTEST) -m unit tests
 NBVAL_RUN := $(COMPARE_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q --durations=20 $(NBVAL)
 test-chapters: venv
@@ -98,11 +107,11 @@ portable: venv
 	$(STORE_ENV) TLIB_DEVICE=cpu $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(or $(CHAPTERS),chapters/*.ipynb)
 	OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default TLIB_DEVICE=cpu $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(or $(CHAPTERS),chapters/*.ipynb)
 	OMP_NUM_THREADS=2 MKL_CBWR=COMPATIBLE TLIB_DEVICE=cpu $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(or $(CHAPTERS),chapters/*.ipynb)
-test-book: venv browser-deps
+test-book: venv $(call TOOLS,browser-deps)
 	$(PYTEST) -m "book or browser" tests
-test-browser: venv browser-deps
+test-browser: venv $(call TOOLS,browser-deps)
 	$(PYTEST) -m browser tests
-test-course: venv hub-deps sandbox-deps
+test-course: venv $(call TOOLS,hub-deps sandbox-deps)
 	$(PYTEST) -m course tests
 
 # Fold every solution cell in JupyterLab (jupyter.source_hidden) in the stored notebooks, without running them
