@@ -87,7 +87,7 @@ def attention_rows(dev, lengths) -> list[dict]:
 def flop_counter(dev) -> dict:
     n, d = 256, 512
     tl.seed_everything(0)
-    layer = tl.EncoderLayer(d, 8, 4 * d).eval().to(dev)
+    layer = tl.TransformerBlock(d, 8, 4 * d).eval().to(dev)
     x = torch.randn(1, n, d, device=dev)
     fused = count_flops(layer, x)
     with record_attention(layer, weights=True):

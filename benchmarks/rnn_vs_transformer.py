@@ -30,7 +30,7 @@ def build_layers(d: int, heads: int, device: torch.device) -> dict[str, torch.nn
         "ElmanRNN (Python loop)": tl.ElmanRNN(d, d),
         "nn.RNN": torch_rnn("rnn", d, d),
         "nn.GRU": torch_rnn("gru", d, d),
-        "EncoderLayer": tl.EncoderLayer(d, heads, 4 * d),
+        "TransformerBlock": tl.TransformerBlock(d, heads, 4 * d),
     }
     return {name: layer.to(device).eval() for name, layer in layers.items()}
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type}, {torch.get_num_threads()} threads"
     print(f"# {what}, width {args.width}, {args.heads} heads, batch {args.batch}, on {name}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
-    header = f"{'n':>6} | " + " | ".join(f"{k:>22}" for k in layers) + " | EncoderLayer vs nn.RNN"
+    header = f"{'n':>6} | " + " | ".join(f"{k:>22}" for k in layers) + " | TransformerBlock vs nn.RNN"
     print(header)
     print("-" * len(header))
     rows = []
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         for _ in range(args.repeats):  # round-robin, so a burst of load elsewhere hits every layer alike
             for k, layer in layers.items():
                 times[k] = min(times[k], time_call(run, layer, x, args.backward, repeats=1, warmup=0, device=device))
-        ratio = times["EncoderLayer"] / times["nn.RNN"]
+        ratio = times["TransformerBlock"] / times["nn.RNN"]
         verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster"
         print(f"{n:>6} | " + " | ".join(f"{t * 1e3:>19.2f} ms" for t in times.values()) + f" | {verdict:>22}", flush=True)
         rows.append({"n": n, "seconds": times, "encoder_over_rnn": ratio})

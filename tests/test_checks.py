@@ -63,7 +63,7 @@ def _cases():
         cases += [
             (f"MultiHeadAttention(d_model={bad!r})", lambda b=bad: tl.MultiHeadAttention(b, 4), "d_model"),
             (f"MultiHeadAttention(num_heads={bad!r})", lambda b=bad: tl.MultiHeadAttention(16, b), "num_heads"),
-            (f"EncoderLayer(d_ff={bad!r})", lambda b=bad: tl.EncoderLayer(16, 4, b), "d_ff"),
+            (f"TransformerBlock(d_ff={bad!r})", lambda b=bad: tl.TransformerBlock(16, 4, b), "d_ff"),
             (f"DecoderLayer(d_model={bad!r})", lambda b=bad: tl.DecoderLayer(b, 4, 32), "d_model"),
             (f"FeedForward(d_model={bad!r})", lambda b=bad: tl.FeedForward(b, 32), "d_model"),
             (f"LayerNorm(d_model={bad!r})", lambda b=bad: tl.LayerNorm(b), "d_model"),
@@ -76,7 +76,7 @@ def _cases():
     for p in [1.5, -0.1, float("nan")]:
         cases += [
             (f"MultiHeadAttention(dropout={p})", lambda p=p: tl.MultiHeadAttention(16, 4, dropout=p), "dropout"),
-            (f"EncoderLayer(dropout={p})", lambda p=p: tl.EncoderLayer(16, 4, 32, dropout=p), "dropout"),
+            (f"TransformerBlock(dropout={p})", lambda p=p: tl.TransformerBlock(16, 4, 32, dropout=p), "dropout"),
             (f"DecoderLayer(dropout={p})", lambda p=p: tl.DecoderLayer(16, 4, 32, dropout=p), "dropout"),
             (f"FeedForward(dropout={p})", lambda p=p: tl.FeedForward(16, 32, dropout=p), "dropout"),
             (f"SinusoidalPositionalEncoding(dropout={p})",
@@ -698,8 +698,8 @@ def _model_cases():
          "ln: only LayerNorm over one"),
         ("ElmanRNN.from_torch(2 layers)", lambda: tl.ElmanRNN.from_torch(nn.RNN(3, 4, num_layers=2)), V,
          "rnn: only single-layer"),
-        ("EncoderLayer.from_torch(silu)",
-         lambda: tl.EncoderLayer.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=F.silu, batch_first=True)), V,
+        ("TransformerBlock.from_torch(silu)",
+         lambda: tl.TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=F.silu, batch_first=True)), V,
          "layer.activation: only relu and gelu"),
         ("make_norm('batch')", lambda: tnorms.make_norm("batch", 8), V, "norm must be one of 'layer', 'rms'"),
         ("FeedForward(activation='tanh')", lambda: tl.FeedForward(8, activation="tanh"), V, "activation must be one of"),

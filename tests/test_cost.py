@@ -41,7 +41,7 @@ def test_crossover_at_2d():
 
 @pytest.mark.parametrize("n, d", [(16, 32), (64, 64)])
 def test_model_matches_torch_flop_counter(n, d):
-    layer = tl.EncoderLayer(d, 4, 4 * d).eval()
+    layer = tl.TransformerBlock(d, 4, 4 * d).eval()
     x = torch.randn(1, n, d)
     with record_attention(layer, weights=True), FlopCounterMode(display=False) as counter, torch.no_grad():
         layer(x)  # recording the weights takes the readable path: explicit matmuls for Q K^T and A V

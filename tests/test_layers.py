@@ -16,7 +16,7 @@ ATOL = 1e-5
 @given(t=st.integers(0, 8), seed=st.integers(0, 1000))
 def test_causal_decoder_output_at_t_ignores_later_inputs(t, seed):
     torch.manual_seed(seed)
-    layer = tl.EncoderLayer(16, 4, 32, norm_first=bool(seed % 2)).eval()
+    layer = tl.TransformerBlock(16, 4, 32, norm_first=bool(seed % 2)).eval()
     x = torch.randn(1, 9, 16)
     y = x.clone()
     y[:, t + 1:] = torch.randn(1, 8 - t, 16)
@@ -29,9 +29,9 @@ def test_ffn_off_leaves_attention_residual_and_norm(norm_first):
     """ffn=False: same initial attention weights as with the FFN, the FFN adds exactly nothing and
     none of its parameters trains."""
     torch.manual_seed(0)
-    with_ffn = tl.EncoderLayer(16, 4, 32, norm_first=norm_first).eval()
+    with_ffn = tl.TransformerBlock(16, 4, 32, norm_first=norm_first).eval()
     torch.manual_seed(0)
-    layer = tl.EncoderLayer(16, 4, 32, norm_first=norm_first, ffn=False).eval()
+    layer = tl.TransformerBlock(16, 4, 32, norm_first=norm_first, ffn=False).eval()
     assert torch.equal(layer.self_attn.q_proj.weight, with_ffn.self_attn.q_proj.weight)
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
@@ -61,7 +61,7 @@ def test_encoder_layer_matches_torch(device, batch_first, norm_first, activation
     B, L, D, H, F = 2, 7, 32, 4, 64
     ref = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation=activation, batch_first=batch_first,
                                      norm_first=norm_first).to(device).eval()
-    ours = tl.EncoderLayer.from_torch(ref).eval()
+    ours = tl.TransformerBlock.from_torch(ref).eval()
     x = torch.randn(B, L, D, device=device)
     mask, attn_mask, kpm = lengths_and_masks(B, L, device, causal=True)
     expected = ref(to_bf(x, batch_first), src_mask=attn_mask, src_key_padding_mask=kpm)
@@ -87,6 +87,6 @@ def test_decoder_layer_matches_torch(device, batch_first, norm_first, activation
 
 
 def test_encoder_layer_ffn_share_is_two_thirds():
-    layer = tl.EncoderLayer(512, 8, 2048)
+    layer = tl.TransformerBlock(512, 8, 2048)
     share = tl.count_parameters(layer.ffn) / tl.count_parameters(layer)
     assert share == pytest.approx(2 / 3, abs=1e-3)

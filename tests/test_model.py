@@ -44,7 +44,7 @@ def test_seq2seq_parallel_and_incremental_decoding_agree():
 def test_seq2seq_blocks_list_both_stacks_encoder_first():
     model = tl.Seq2SeqTransformer(10, 10, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=3)
     kinds = [type(b).__name__ for b in model.blocks]
-    assert kinds == ["EncoderLayer"] * 2 + ["DecoderLayer"] * 3
+    assert kinds == ["TransformerBlock"] * 2 + ["DecoderLayer"] * 3
     assert model.blocks[0] is model.transformer.encoder.blocks[0]
 
 

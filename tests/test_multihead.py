@@ -30,7 +30,7 @@ ATOL = 1e-5
 @given(L=st.integers(2, 8), seed=st.integers(0, 1000))
 def test_self_attention_without_positions_is_permutation_equivariant(L, seed):
     torch.manual_seed(seed)
-    mha, layer = tl.MultiHeadAttention(16, 4), tl.EncoderLayer(16, 4, 32)
+    mha, layer = tl.MultiHeadAttention(16, 4), tl.TransformerBlock(16, 4, 32)
     x, perm = torch.randn(2, L, 16), torch.randperm(L)
     assert torch.allclose(mha(x[:, perm])[0], mha(x)[0][:, perm], atol=ATOL)
     assert torch.allclose(layer(x[:, perm]), layer(x)[:, perm], atol=1e-4)

@@ -463,7 +463,7 @@ def test_record_attention_removes_its_hooks_and_checks_its_input():
 
 def test_dependency_map_equals_a_loop_of_backward_passes_and_is_zero_exactly_where_masked():
     torch.manual_seed(2)
-    block = tl.EncoderLayer(16, 2, 32).eval()
+    block = tl.TransformerBlock(16, 2, 32).eval()
     x = torch.randn(6, 16)
     fn = lambda z: block(z[None], tl.causal_mask(6))[0]  # (6, 16)
     dep = dependency_map(fn, x)

@@ -79,7 +79,7 @@ def test_trace_ops_rnn_depth_grows_with_n(n):
 
 def test_trace_ops_encoder_depth_independent_of_n_and_additive_in_layers():
     tl.seed_everything(0)
-    layer = tl.EncoderLayer(16, 4, 32).eval()
+    layer = tl.TransformerBlock(16, 4, 32).eval()
     depths = {trace_ops(layer, torch.randn(2, n, 16)).depth for n in (1, 8, 64)}
     assert len(depths) == 1
     one = depths.pop()
@@ -98,7 +98,7 @@ def test_trace_ops_inplace_write_through_view_counts():
 def test_count_flops_matches_cost_model_with_explicit_attention():
     tl.seed_everything(0)
     B, n, d, d_ff = 2, 12, 32, 80
-    layer = tl.EncoderLayer(d, 4, d_ff).eval()
+    layer = tl.TransformerBlock(d, 4, d_ff).eval()
     x = torch.randn(B, n, d)
     with record_attention(layer, weights=True):  # the readable path: explicit Q K^T and A V
         fc = count_flops(layer, x)

@@ -57,7 +57,7 @@ from .cost import block_macs, cost_table, count_parameters, transformer_paramete
 from .device import cpu_threads, get_device, seed_everything
 from .feedforward import FeedForward
 from .kv_cache import KVCache, cache_bytes_per_token
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, TransformerBlock
 from .masks import (causal_mask, combine_masks, dilated_mask, from_torch_mha_mask, global_tokens_mask,
                     key_padding_to_mask, padding_mask, prefix_lm_mask, sliding_window_mask, to_torch_mha_mask)
 from .model import Decoder, DecoderOnlyLM, Encoder, Seq2SeqTransformer, Transformer

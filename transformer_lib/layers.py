@@ -1,4 +1,10 @@
-"""One encoder layer and one decoder layer, in the paper's order.
+"""The library's two blocks, in the paper's order.
+
+* :class:`TransformerBlock`: self-attention + feed-forward. One class, two roles: with no mask
+  (or a padding mask) it is an encoder layer (the encoder-decoder's encoder, MiniLM); with a
+  causal mask it is a GPT block (every decoder-only model of the book, SmolLM2 included).
+* :class:`DecoderLayer`: the encoder-decoder's decoder layer, a TransformerBlock plus
+  cross-attention to the encoder's output between its two sub-layers.
 
 Each sub-layer (self-attention, cross-attention, feed-forward) is wrapped in a residual
 connection and a LayerNorm. Two placements of the norm are supported:
@@ -23,9 +29,9 @@ from .latent_attention import LatentAttention
 from .multihead import MultiHeadAttention
 from .norms import LayerNorm, make_norm
 
-__all__ = ["EncoderLayer", "DecoderLayer", "HOOK_POINTS"]
+__all__ = ["TransformerBlock", "DecoderLayer", "HOOK_POINTS"]
 
-# The hook points every block of the library has (EncoderLayer, DecoderLayer): nn.Identity modules.
+# The hook points every block of the library has (TransformerBlock, DecoderLayer): nn.Identity modules.
 HOOK_POINTS = ("hook_attn_out", "hook_ffn_out", "hook_z", "hook_pattern", "hook_resid_post")
 
 
@@ -61,11 +67,18 @@ def _from_torch(cls, layer: nn.Module, attention_names: tuple[str, ...], norm_na
     return ours.to(layer.linear1.weight.device)
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention + feed-forward, each with residual and norm.
+class TransformerBlock(nn.Module):
+    """Self-attention + feed-forward, each with residual and norm: the one block of the library
+    that is both an encoder layer and a GPT block.
 
-    ``layer(x, mask=None)`` with x (B, L, d_model) and a boolean mask (True = may attend)
-    broadcastable to (B, H, L, L). Also the block of a decoder-only model when given a causal mask.
+    ``block(x, mask=None)`` with x (B, L, d_model) and a boolean mask (True = may attend)
+    broadcastable to (B, H, L, L). What the block is depends only on the mask it is given, never
+    on its weights: with no mask (or a padding mask) every token sees every other, and it is an
+    encoder layer (the layers of :class:`~transformer_lib.model.Encoder`, and MiniLM's); with a
+    causal mask (``causal=True``, or :func:`~transformer_lib.masks.causal_mask`) each token sees
+    only itself and the past, and it is a GPT block (the ``blocks`` of
+    :class:`~transformer_lib.model.DecoderOnlyLM`).
+
     ``ffn=False`` builds the FFN as usual (same initial weights for everything else) and then
     switches it off for good: its output matrix is zero and frozen, so the block is attention +
     residual + norm only (chapter 6's attention-only control).
@@ -117,7 +130,7 @@ class EncoderLayer(nn.Module):
         return self.hook_resid_post(x)  # (B, L, D): the residual stream after this block
 
     @classmethod
-    def from_config(cls, config, rotary: nn.Module | None = None) -> "EncoderLayer":
+    def from_config(cls, config, rotary: nn.Module | None = None) -> "TransformerBlock":
         """A block of a :class:`~transformer_lib.config.ModelConfig`'s decoder-only model; its
         attention is built by :meth:`MultiHeadAttention.from_config`, or
         :meth:`~transformer_lib.latent_attention.LatentAttention.from_config` for ``attention="mla"``
@@ -129,18 +142,19 @@ class EncoderLayer(nn.Module):
                    attention=attention)
 
     @classmethod
-    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "EncoderLayer":
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "TransformerBlock":
         """Copy a ``torch.nn.TransformerEncoderLayer`` (any batch_first / norm_first, relu or gelu)."""
         return _from_torch(cls, layer, ("self_attn",), ("norm1", "norm2"))
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention to the encoder's output, feed-forward.
+    """Masked self-attention, cross-attention to the encoder's output, feed-forward: a
+    :class:`TransformerBlock` plus cross-attention (the encoder-decoder's decoder layer).
 
     ``layer(x, memory, self_mask=None, memory_mask=None)``: x (B, L_t, d_model) target states,
     memory (B, L_s, d_model) encoder output; ``self_mask`` broadcastable to (B, H, L_t, L_t)
     (usually causal & target padding), ``memory_mask`` to (B, H, L_t, L_s) (source padding).
-    Hook points as in :class:`EncoderLayer` (``hook_z``/``hook_pattern`` are the self-attention's).
+    Hook points as in :class:`TransformerBlock` (``hook_z``/``hook_pattern`` are the self-attention's).
     ``num_kv_heads`` (grouped-query attention, both attentions) and ``rotary`` (RoPE, the
     self-attention only) are the decoder-only block's switches.
     """

@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from ._checks import check_cache, check_context_length, check_same_batch, check_token_ids
 from .config import ModelConfig, Seq2SeqConfig
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, TransformerBlock
 from .moe import moe_decoder
 from .masks import causal_mask, padding_mask
 from .norms import LayerNorm, make_norm
@@ -39,9 +39,9 @@ def clones(module: nn.Module, n: int) -> nn.ModuleList:
 
 
 class Encoder(nn.Module):
-    """A stack of :class:`EncoderLayer`, with an optional final norm (needed for Pre-LN)."""
+    """A stack of :class:`TransformerBlock`, with an optional final norm (needed for Pre-LN)."""
 
-    def __init__(self, layer: EncoderLayer, num_layers: int, final_norm: nn.Module | None = None):
+    def __init__(self, layer: TransformerBlock, num_layers: int, final_norm: nn.Module | None = None):
         super().__init__()
         self.blocks = clones(layer, num_layers)
         self.norm = final_norm
@@ -90,7 +90,7 @@ class Transformer(nn.Module):
         final_norm = norm_first if final_norm is None else final_norm
         self.d_model = d_model
         switches = dict(norm=norm, eps=eps, bias=bias, num_kv_heads=num_kv_heads, rotary=rotary)
-        enc = EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
+        enc = TransformerBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
         dec = DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first, **switches)
         self.encoder = Encoder(enc, num_encoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
         self.decoder = Decoder(dec, num_decoder_layers, make_norm(norm, d_model, eps) if final_norm else None)
@@ -108,7 +108,7 @@ class Transformer(nn.Module):
     @classmethod
     def from_torch(cls, model: nn.Transformer) -> "Transformer":
         """Copy a ``torch.nn.Transformer`` (its encoder and decoder each end with a LayerNorm)."""
-        enc_layers = [EncoderLayer.from_torch(l) for l in model.encoder.layers]
+        enc_layers = [TransformerBlock.from_torch(l) for l in model.encoder.layers]
         dec_layers = [DecoderLayer.from_torch(l) for l in model.decoder.layers]
         first = enc_layers[0]
         ours = cls(model.d_model, model.nhead, len(enc_layers), len(dec_layers),
@@ -213,7 +213,7 @@ class ConditionedDecoder(nn.Module):
 
 class DecoderOnlyLM(nn.Module):
     """A GPT-style language model: token embedding, a stack of causal self-attention blocks
-    (:class:`~transformer_lib.layers.EncoderLayer`), a final norm and a linear head, by default
+    (:class:`~transformer_lib.layers.TransformerBlock`), a final norm and a linear head, by default
     tied to the embedding.
 
     Built from a :class:`~transformer_lib.config.ModelConfig`, ``DecoderOnlyLM(config)``, or from
@@ -226,7 +226,7 @@ class DecoderOnlyLM(nn.Module):
     logits (B, L, V); with a cache from :meth:`new_cache` the tokens continue after the cached ones
     (chapter 17 adds the cache to this model).
     ``ffn=False`` switches every block's FFN off (attention-only blocks, chapter 6; see
-    :class:`~transformer_lib.layers.EncoderLayer`).
+    :class:`~transformer_lib.layers.TransformerBlock`).
 
     The switches that make chapter 16's GPT a Llama (SmolLM2, chapter 17; see
     :data:`LLAMA_SWITCHES`): ``num_kv_heads`` (grouped-query attention), ``bias=False`` (no bias in
@@ -255,7 +255,7 @@ class DecoderOnlyLM(nn.Module):
         self.positional, self.num_heads, self.max_len = c.positional, c.num_heads, c.max_len
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.pos, rotary = position_modules(c)  # a table added to the embeddings, or one RoPE for every block
-        self.blocks = nn.ModuleList(EncoderLayer.from_config(c, rotary) for _ in range(c.num_layers))
+        self.blocks = nn.ModuleList(TransformerBlock.from_config(c, rotary) for _ in range(c.num_layers))
         if c.num_experts is not None:  # each FFN -> MixtureOfExperts(d_model, d_ff, E, k)
             moe_decoder(self, num_experts=c.num_experts, top_k=c.top_k, shared_experts=c.shared_experts,
                         capacity_factor=c.capacity_factor)

@@ -1,8 +1,8 @@
 """Small models that the chapters train live, all on one stem.
 
 Every toy model here is the same :class:`TokenModel`: a token embedding ``embed`` plus learned
-positions ``pos``, a stack of Pre-LN :class:`~transformer_lib.layers.EncoderLayer` blocks named
-``blocks`` (the attribute name every model of the library uses for its stack), a final norm
+positions ``pos``, a stack of Pre-LN :class:`~transformer_lib.layers.TransformerBlock` modules
+named ``blocks`` (the attribute name every model of the library uses for its stack), a final norm
 ``norm``, and its own head. What differs is the mask and the head:
 
 * :class:`TokenClassifier` (chapter 13): one set of logits per token. ``causal=False`` is an
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ._checks import check_int, check_tokens
 from .device import cpu_threads, seed_everything
-from .layers import EncoderLayer
+from .layers import TransformerBlock
 from .masks import causal_mask
 from .norms import LayerNorm
 from .positional import LearnedPositionalEmbedding
@@ -59,8 +59,8 @@ class TokenModel(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = LearnedPositionalEmbedding(max_len, d_model)
 
-        def block() -> EncoderLayer:
-            return EncoderLayer(d_model, num_heads, d_ff or 4 * d_model, norm_first=norm_first)
+        def block() -> TransformerBlock:
+            return TransformerBlock(d_model, num_heads, d_ff or 4 * d_model, norm_first=norm_first)
 
         if same_init:
             first = block()

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from transformer_lib.cost import count_parameters
 from transformer_lib.feedforward import FeedForward
-from transformer_lib.layers import EncoderLayer
+from transformer_lib.layers import TransformerBlock
 
 
 def _swiglu_reference(x, W1, W3, W2):
@@ -23,7 +23,7 @@ def _swiglu_reference(x, W1, W3, W2):
 
 
 def _share_reference(d_model, d_ff):
-    layer = EncoderLayer(d_model, num_heads=1, d_ff=d_ff)
+    layer = TransformerBlock(d_model, num_heads=1, d_ff=d_ff)
     return torch.tensor(count_parameters(layer.ffn) / count_parameters(layer), dtype=torch.float64)
 
 

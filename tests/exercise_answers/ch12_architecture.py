@@ -6,7 +6,7 @@ import torch
 
 from transformer_lib.cost import count_parameters
 from transformer_lib.sampling import generate
-from transformer_lib.layers import EncoderLayer
+from transformer_lib.layers import TransformerBlock
 
 
 def greedy_decode(model, src, bos_id, max_len):  # the library's greedy decoding, BOS dropped
@@ -90,7 +90,7 @@ ANSWERS = {
                           _norms_swapped],
     },
     'architecture.layer_parameters': {
-        'solution': lambda: lambda d, f: count_parameters(EncoderLayer(d, 2, f)),
+        'solution': lambda: lambda d, f: count_parameters(TransformerBlock(d, 2, f)),
         'alternatives': lambda: [
             lambda d, f: np.int64(4 * d * d + 4 * d) + (d * f + f) + (f * d + d) + 2 * (2 * d),  # NumPy
             lambda d, f: float(sum(n_in * n_out + n_out for n_in, n_out in  # every Linear, then the norms

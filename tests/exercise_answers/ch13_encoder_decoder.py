@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.cost import count_parameters
-from transformer_lib.layers import DecoderLayer, EncoderLayer
+from transformer_lib.layers import DecoderLayer, TransformerBlock
 from transformer_lib.masks import causal_mask, prefix_lm_mask
 from transformer_lib.sampling import generate
 from transformer_lib.tasks import BOS, shift_right
@@ -36,7 +36,7 @@ def _generate_reference(model, src, bos_id, max_len):
 
 def _extra_parameters(d_model: int) -> int:
     dec = DecoderLayer(d_model, 1, 2 * d_model)  # the init's random draws are undone after every check
-    enc = EncoderLayer(d_model, 1, 2 * d_model)
+    enc = TransformerBlock(d_model, 1, 2 * d_model)
     return count_parameters(dec) - count_parameters(enc)
 
 

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from .._checks import check_pipeline
 from ..device import seed_everything
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 
 __all__ = ["bubble_fraction", "pipeline_stages", "pipeline_forward"]
 
@@ -35,7 +35,7 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
 def pipeline_stages(stages: int, layers_per_stage: int = 2, d_model: int = 128, seed: int = 0) -> list[torch.nn.Module]:
     """The whole model (``stages * layers_per_stage`` encoder layers, seeded) cut into stages."""
     seed_everything(seed)
-    layers = [EncoderLayer(d_model, 4, 4 * d_model).eval() for _ in range(stages * layers_per_stage)]
+    layers = [TransformerBlock(d_model, 4, 4 * d_model).eval() for _ in range(stages * layers_per_stage)]
     return [torch.nn.Sequential(*layers[s * layers_per_stage:(s + 1) * layers_per_stage]) for s in range(stages)]
 
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from ..cost import count_parameters
 from ..feedforward import FeedForward
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 from ._core import compare_function, compare_value, exercise, seed_cpu
 
 
@@ -61,7 +61,7 @@ def _check_swiglu(answer):
                "biases, and two LayerNorms (gamma and beta each); return FFN / whole layer")
 def _check_share(answer):
     for d, d_ff in [(4, 16), (8, 32), (16, 24), (32, 128)]:
-        layer = EncoderLayer(d, num_heads=1, d_ff=d_ff)  # the init's draws are undone after the check
+        layer = TransformerBlock(d, num_heads=1, d_ff=d_ff)  # the init's draws are undone after the check
         expected = count_parameters(layer.ffn) / count_parameters(layer)
         compare_value(answer(d, d_ff), expected, f"the FFN share for d_model={d}, d_ff={d_ff}", rtol=0, atol=1e-6)
     return "the share is right for all 4 layer sizes."

@@ -2,7 +2,7 @@
 import torch
 
 from ..cost import attention_ffn_crossover, block_macs
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 from ..probes import record_attention
 from ..profiling import count_flops
 from ._core import compare_value, exercise, seed_cpu, to_number
@@ -46,7 +46,7 @@ def _check_layer_flops(answer):
     for B, n, d, f in cases:
         got = to_number(answer(B, n, d, f), "the FLOP count")
         seed_cpu(0)  # the layer's init and x draw from the global CPU generator (restored after every check)
-        layer = EncoderLayer(d, 4, f).eval()
+        layer = TransformerBlock(d, 4, f).eval()
         expected = _measured_flops(layer, torch.randn(B, n, d))
         compare_value(got, expected, what=f"the FLOPs for batch={B}, n={n}, d={d}, d_ff={f}", rtol=1e-9)
-    return f"matches FlopCounterMode on the library's EncoderLayer for all {len(cases)} shapes."
+    return f"matches FlopCounterMode on the library's TransformerBlock for all {len(cases)} shapes."

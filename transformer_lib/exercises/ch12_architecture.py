@@ -2,7 +2,7 @@
 import torch
 
 from ..cost import count_parameters
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 from ..model import Seq2SeqTransformer
 from ..sampling import generate
 from ._core import compare_function, compare_value, exercise, seed_cpu, to_int
@@ -10,7 +10,7 @@ from ._core import compare_function, compare_value, exercise, seed_cpu, to_int
 
 def _random_layers():
     seed_cpu(0)  # the init draws from the global CPU generator (restored after every check)
-    layers = [EncoderLayer(d, h, f).eval() for d, h, f in ((8, 2, 16), (16, 4, 24), (32, 4, 64))]
+    layers = [TransformerBlock(d, h, f).eval() for d, h, f in ((8, 2, 16), (16, 4, 24), (32, 4, 64))]
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():  # norms that differ from each other and from the identity, so a swapped one shows
         for layer in layers:
@@ -39,7 +39,7 @@ def _check_encoder_layer(answer):
           "with biases, and two LayerNorms with a scale and a shift each")
 def _check_parameters(answer):
     for d, f in ((8, 32), (64, 256), (512, 2048), (30, 7)):
-        expected = count_parameters(EncoderLayer(d, 2, f))
+        expected = count_parameters(TransformerBlock(d, 2, f))
         got = to_int(answer(d, f), f"your count for d_model={d}, d_ff={f}")
         compare_value(got, expected, f"for d_model={d}, d_ff={f} your count", rtol=0)
     return "matches count_parameters on all 4 sizes."

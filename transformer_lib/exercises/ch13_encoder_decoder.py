@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cost import count_parameters
-from ..layers import DecoderLayer, EncoderLayer
+from ..layers import DecoderLayer, TransformerBlock
 from ..masks import prefix_lm_mask
 from ..model import Seq2SeqTransformer
 from ..sampling import generate
@@ -92,12 +92,12 @@ def _check_prefix(answer):
 # -- 4. what the decoder layer adds ---------------------------------------------------------------------
 
 @exercise("encdec.extra_decoder_parameters",
-          hint="list the modules a DecoderLayer has and an EncoderLayer lacks; count every weight "
+          hint="list the modules a DecoderLayer has and a TransformerBlock lacks; count every weight "
                "matrix, every bias and every LayerNorm scale and shift")
 def _check_extra(answer):
     sizes = (8, 64, 512, 30)
     for d in sizes:
         dec = DecoderLayer(d, 1, 2 * d)  # the init's random draws are undone after every check
-        expected = count_parameters(dec) - count_parameters(EncoderLayer(d, 1, 2 * d))
+        expected = count_parameters(dec) - count_parameters(TransformerBlock(d, 1, 2 * d))
         compare_value(answer(d), expected, what=f"your count for d_model={d}", rtol=0)
-    return f"matches count_parameters(DecoderLayer) - count_parameters(EncoderLayer) for all {len(sizes)} sizes."
+    return f"matches count_parameters(DecoderLayer) - count_parameters(TransformerBlock) for all {len(sizes)} sizes."

@@ -5,7 +5,7 @@ weights, so they run in milliseconds and do not need the weights package.
 """
 import torch
 
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 from ..pretrained import cosine_matrix, mean_pool
 from ..probes import diagonal_score
 from ._core import compare_arrays, compare_function, exercise, seed_cpu
@@ -62,7 +62,7 @@ def _check_prev(answer):
 def _layer_inputs():
     g = torch.Generator().manual_seed(11)
     seed_cpu(11)  # a fixed layer (the global CPU generator is restored after every check)
-    layer = EncoderLayer(24, 4, 48).eval()  # d_k = 6
+    layer = TransformerBlock(24, 4, 48).eval()  # d_k = 6
     scale = {5: 1.0, 7: 1.0, 3: 40.0}  # the last input: scores in the hundreds, exp / sum overflows
     return [(layer, scale[L] * torch.randn(L, 24, generator=g), h) for L, h in ((5, 0), (7, 3), (3, 1))]
 

