@@ -92,7 +92,7 @@ def test_pass_at_k_is_exact_for_large_n():
 
 # ---- GRPO against trl --------------------------------------------------------------------------
 
-def _trl_loss(logps, old, ref, advantages, mask, clip_eps, beta):
+def _trl_loss(logps, old, ref, advantages, mask, clip_eps, beta, loss_type="grpo"):
     """trl's GRPOTrainer._compute_loss on these per-token log-probabilities (see the module doc)."""
     pytest.importorskip("trl")
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -100,7 +100,7 @@ def _trl_loss(logps, old, ref, advantages, mask, clip_eps, beta):
     B, T = logps.shape
     fake = types.SimpleNamespace(
         top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
-        beta=beta, loss_type="grpo", epsilon_low=clip_eps, epsilon_high=clip_eps, use_vllm=False,
+        beta=beta, loss_type=loss_type, max_completion_length=T, epsilon_low=clip_eps, epsilon_high=clip_eps, use_vllm=False,
         args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None),
         model=torch.nn.Linear(1, 1).train(), current_gradient_accumulation_steps=1, _entropy_bonus_enabled=False,
         aux_loss_enabled=False, _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
@@ -126,12 +126,13 @@ def _batch(seed, B=6, T=7, spread=0.3):
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("beta, clip_eps", [(0.04, 0.2), (0.0, 0.2), (0.3, 0.05)])
-def test_grpo_loss_and_gradient_equal_trl(seed, beta, clip_eps):
+@pytest.mark.parametrize("length_norm, loss_type", [("response", "grpo"), ("token", "bnpo"), ("constant", "dr_grpo")])
+def test_grpo_loss_and_gradient_equal_trl(seed, beta, clip_eps, length_norm, loss_type):
     logps, old, ref, advantages, mask = _batch(seed)
     ours_in = logps.clone().requires_grad_()
     theirs_in = logps.clone().requires_grad_()
-    ours = R.grpo_loss(ours_in, old, ref, advantages, mask, clip_eps, beta)
-    theirs = _trl_loss(theirs_in, old, ref, advantages, mask, clip_eps, beta)
+    ours = R.grpo_loss(ours_in, old, ref, advantages, mask, clip_eps, beta, length_norm)
+    theirs = _trl_loss(theirs_in, old, ref, advantages, mask, clip_eps, beta, loss_type)
     ours.backward()
     theirs.backward()
     # float64 and the same operations in a slightly different order: rounding ~1e-16 per operation
@@ -261,3 +262,19 @@ def test_token_logprobs_match_the_full_pass():
         pos = prompts.shape[1] + t
         want = logp[torch.arange(3), pos - 1, tokens[:, pos]]
         assert torch.allclose(got[:, t].detach(), want, atol=1e-6)
+
+
+def test_length_norm_weights_long_responses_as_dr_grpo_says():
+    """With one right and one wrong answer of different lengths, the per-response average gives the
+    long wrong answer's tokens a smaller push down than the short one's; Dr. GRPO's constant does not."""
+    logps = torch.full((2, 6), -1.0, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)  # short right, long wrong
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    for norm, per_token in (("response", (1 / 2, 1 / 6)), ("constant", (1 / 6, 1 / 6))):
+        logps.grad = None
+        R.grpo_loss(logps, logps.detach(), None, adv, mask, beta=0.0, length_norm=norm).backward()
+        g = logps.grad  # d loss / d logp: -A / (2 * normaliser) per token
+        assert g[0, 0].item() == pytest.approx(-per_token[0] / 2)
+        assert g[1, 0].item() == pytest.approx(per_token[1] / 2)
+    with pytest.raises(ValueError, match="length_norm"):
+        R.grpo_loss(logps, logps.detach(), None, adv, mask, beta=0.0, length_norm="sequence")

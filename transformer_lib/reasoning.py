@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks.scalars import check_int, check_number
+from ._checks.scalars import check_choice, check_int, check_number
 from ._checks.reasoning import check_characters, check_grpo_args, check_group_rewards, check_kl_reference
 from .sampling import generate
 from .training import fit
@@ -165,7 +165,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True)
     """GRPO's advantages: each reward minus the mean of its group, divided by the group's standard
     deviation (``torch.std``, unbiased) plus 1e-4 when ``scale``. ``rewards`` (B,) are ordered group
     by group (B = groups * group_size). No value network: the other answers to the same prompt
-    are the baseline. ``scale=False`` is Dr. GRPO's choice."""
+    are the baseline. ``scale=False`` is one of Dr. GRPO's two changes (the other is
+    :func:`grpo_loss`'s ``length_norm="constant"``)."""
     check_group_rewards(rewards, group_size)
     grouped = rewards.view(-1, group_size)  # (groups, group_size)
     centred = grouped - grouped.mean(1, keepdim=True)
@@ -178,7 +179,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True)
 
 
 def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
-              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2, beta: float = 0.04) -> torch.Tensor:
+              advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2, beta: float = 0.04,
+              length_norm: str = "response") -> torch.Tensor:
     """GRPO's loss (DeepSeekMath, 2024), per token t of response i:
 
         r = exp(logprobs - old_logprobs),  surrogate = min(r A_i, clip(r, 1 - eps, 1 + eps) A_i)
@@ -188,10 +190,18 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     ``logprobs`` (B, T) carry the gradient; ``old_logprobs`` (the sampling policy's) and
     ``ref_logprobs`` (the frozen reference's, None when ``beta == 0``) are constants. The clip
     stops one batch from moving a token's probability far from where it was sampled.
+
+    ``length_norm`` says how the per-token terms are summed: ``"response"`` (the formula above,
+    DeepSeekMath's: each response's tokens averaged over its own length, then the responses
+    averaged), ``"token"`` (DAPO's: one average over every token of the batch) or ``"constant"``
+    (Dr. GRPO's: each response's sum divided by the same constant, the generation budget T =
+    ``logprobs.shape[1]``, then the responses averaged). trl's loss types "grpo", "bnpo" and
+    "dr_grpo" (with ``max_completion_length = T``) compute the same three.
     """
     check_grpo_args(logprobs, old_logprobs, ref_logprobs, advantages, mask, beta)
     check_number("clip_eps", clip_eps, 0, low_open=True)
     check_number("beta", beta, 0)
+    check_choice("length_norm", length_norm, ("response", "token", "constant"))
     ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
     A = advantages[:, None]  # (B, 1)
     per_token = torch.min(ratio * A, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * A)  # (B, T)
@@ -199,7 +209,12 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
         delta = ref_logprobs - logprobs
         per_token = per_token - beta * (torch.exp(delta) - delta - 1)
     m = mask.to(per_token.dtype)
-    return -((per_token * m).sum(1) / m.sum(1)).mean()
+    summed = (per_token * m).sum(1)  # (B,): each response's sum over its own tokens
+    if length_norm == "token":
+        return -summed.sum() / m.sum()
+    if length_norm == "constant":
+        return -(summed / m.shape[1]).mean()
+    return -(summed / m.sum(1)).mean()
 
 
 def token_logprobs(model: nn.Module, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
@@ -221,19 +236,22 @@ def accuracy(model: nn.Module, prompts: torch.Tensor, answers, temperature: floa
 
 def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, steps: int, prompts_per_step: int = 16,
                group_size: int = 8, lr: float = 3e-4, beta: float = 0.04, clip_eps: float = 0.2, scale: bool = True,
-               reward=verify, max_new_tokens: int | None = None, seed: int = 0) -> dict:
+               reward=verify, max_new_tokens: int | None = None, seed: int = 0, length_norm: str = "response") -> dict:
     """GRPO on fresh training problems: each step draws ``prompts_per_step`` problems, samples
     ``group_size`` responses to each at temperature 1, scores them with ``reward(text, answer)``,
     and takes one gradient step of :func:`grpo_loss` (one update per batch of rollouts, so the old
     policy is the current one and the ratio starts at 1). Runs through
     :func:`~transformer_lib.training.fit`. Returns per step the mean reward, the true accuracy
-    (:func:`verify`) of the samples, their mean length in tokens, and the KL estimate."""
+    (:func:`verify`) of the samples, their mean length in tokens, the KL estimate, and the share
+    of groups whose rewards differ ("mixed": the others have zero advantages and teach nothing).
+    ``scale=False`` with ``length_norm="constant"`` is Dr. GRPO (Liu et al., 2025)."""
     check_int("steps", steps)
+    check_choice("length_norm", length_norm, ("response", "token", "constant"))
     check_int("prompts_per_step", prompts_per_step)
     check_kl_reference(reference, beta)
     T = max_new_tokens or digits + 3
     generator = torch.Generator().manual_seed(seed)
-    history = {"reward": [], "correct": [], "length": [], "kl": []}
+    history = {"reward": [], "correct": [], "length": [], "kl": [], "mixed": []}
 
     def make_batch(step):
         prompts, answers = addition_problems(prompts_per_step, digits, False, generator)
@@ -249,6 +267,8 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
         history["reward"].append(rewards.mean().item())
         history["correct"].append(sum(verify(t, a) for t, a in zip(texts, targets)) / len(texts))
         history["length"].append(mask.sum(1).float().mean().item())
+        grouped = rewards.view(-1, group_size)
+        history["mixed"].append((grouped != grouped[:, :1]).any(1).float().mean().item())
         return prompts, responses, mask, old, ref, group_advantages(rewards, group_size, scale)
 
     def loss_fn(model, batch):
@@ -257,7 +277,7 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
         if ref is not None:
             delta = (ref - logprobs).detach()
             history["kl"].append(((torch.exp(delta) - delta - 1) * mask).sum().item() / mask.sum().item())
-        return grpo_loss(logprobs, old, ref, adv, mask, clip_eps, beta)
+        return grpo_loss(logprobs, old, ref, adv, mask, clip_eps, beta, length_norm)
 
     history["loss"] = fit(policy, make_batch, loss_fn, steps, lr=lr, grad_clip=1.0, progress=False)["loss"]
     return history
