@@ -66,7 +66,8 @@ def test_the_batch_changes_every_step_and_the_pool_empties(model):
 
 
 def test_prefill_budget_and_pool_reservations_limit_admission(model):
-    batcher = ContinuousBatcher(model, max_batch=8, max_prefill_tokens=10, block_size=4, num_blocks=6)
+    batcher = ContinuousBatcher(model, max_batch=8, max_prefill_tokens=10, block_size=4, num_blocks=6,
+                                allocation="reserve")
     for i in range(4):
         batcher.submit(Request(i, list(range(1, 7)), 6))  # 6 + 6 positions: 3 blocks reserved each
     batcher.step()  # budget 10 admits one 6-token prompt; the pool (6 blocks) could hold two
@@ -75,6 +76,37 @@ def test_prefill_budget_and_pool_reservations_limit_admission(model):
     assert [r.id for r in batcher.running] == [0, 1]
     batcher.step()  # the pool is promised: request 2 waits for a retirement
     assert [r.id for r in batcher.running] == [0, 1] and len(batcher.waiting) == 2
+
+
+def test_on_demand_admits_what_fits_now_where_reserving_waits(model):
+    batcher = ContinuousBatcher(model, max_batch=8, max_prefill_tokens=100, block_size=4, num_blocks=6)
+    for i in range(3):
+        batcher.submit(Request(i, list(range(1, 7)), 6))  # 6 + 1 positions now: 2 blocks each
+    batcher.step()  # reserving 3 blocks each admits two of them; on demand, all three fit
+    assert [r.id for r in batcher.running] == [0, 1, 2] and batcher.preemptions == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_preempted_requests_are_recomputed_and_equal_generate_ids(model, temperature):
+    # a pool of 10 blocks of 4 for four requests that end at 5 + 10 = 15 positions (4 blocks each):
+    # they all start, the pool runs out mid-way, the newest are pre-empted and recomputed later
+    requests = [Request(i, [3 + i, 17, 5 * i % V, 40, 2], 10, temperature=temperature, seed=20 + i) for i in range(4)]
+    batcher = ContinuousBatcher(model, max_batch=4, max_prefill_tokens=100, block_size=4, num_blocks=10)
+    batcher.run(requests)
+    assert batcher.preemptions > 0 and batcher.cache.blocks_in_use() == 0 and not batcher._generators
+    for r in requests:
+        assert r.tokens == generate_ids(model, r.prompt, 10, temperature=temperature, seed=r.seed)
+        assert len(r.token_times) == 10
+    assert batcher.peak["paged_positions"] <= 10 * 4
+
+
+def test_memory_means_and_reserve_tokens(model, workload):
+    _, mem = serve_continuous(model, [r.fresh() for r in workload], max_batch=4, block_size=4, num_blocks=40,
+                              reserve_tokens=12)
+    assert mem["real_positions"] <= mem["paged_positions"] and mem["mean"]["real_positions"] <= mem["mean"]["paged_positions"]
+    assert mem["mean"]["paged_positions"] <= mem["paged_positions"] and mem["preemptions"] == 0
+    _, padded = serve_static(model, [r.fresh() for r in workload], max_batch=4, reserve_tokens=12)
+    assert padded["mean"]["real_positions"] <= padded["mean"]["padded_positions"] <= padded["padded_positions"]
 
 
 def test_eos_and_cancel_retire_requests(model):
@@ -93,6 +125,8 @@ def test_eos_and_cancel_retire_requests(model):
 def test_bad_input(model):
     with pytest.raises(ValueError, match="max_batch"):
         ContinuousBatcher(model, max_batch=0)
+    with pytest.raises(ValueError, match="allocation"):
+        ContinuousBatcher(model, allocation="greedy")
     with pytest.raises(ValueError, match="policy"):
         ContinuousBatcher(model, policy="shortest-first")
     with pytest.raises(ValueError, match="exceed the cache"):

@@ -7,14 +7,18 @@ at every step (*iteration-level scheduling*). Its policy here, stated once:
 
 1. **admit** waiting requests in arrival order while the batch has fewer than ``max_batch`` rows,
    the step's prefill budget (``max_prefill_tokens`` prompt tokens; the first one always fits)
-   lasts, and the block pool can hold the request at its longest (prompt + ``max_tokens``
-   positions, *reserved*, not allocated: blocks are taken as tokens arrive, so no running request
-   is ever evicted);
+   lasts, and the block pool has room for the request's prompt now (``allocation="on-demand"``,
+   vLLM's way: blocks are taken only as tokens are written) or for the request at its longest,
+   prompt + ``max_tokens`` positions (``allocation="reserve"``: promised, never pre-empted);
 2. **prefill** each admitted prompt, one forward pass each (a prompt's tokens are already many
    rows: compute-bound), which gives its first token;
-3. **decode** one token for every running request in one forward pass of B rows (each row its own
+3. **pre-empt** if the decode step needs more blocks than the pool has free (on-demand only): the
+   newest running request gives all its blocks back and returns to the front of the queue; when
+   it is admitted again its prompt *and the tokens it already produced* are prefilled again
+   (vLLM's recompute pre-emption), which gives its next token, the same one it would have decoded;
+4. **decode** one token for every running request in one forward pass of B rows (each row its own
    length, positions and mask: :mod:`.ragged`), through a :class:`~.paged_cache.PagedKVCache`;
-4. **retire** requests that reached ``max_tokens`` or ``eos_id``: their blocks go back to the pool.
+5. **retire** requests that reached ``max_tokens`` or ``eos_id``: their blocks go back to the pool.
 
 Prefill first, under a budget: a new request gets its first token at the next step (short time
 to first token), and the budget bounds how long the running requests' next token waits behind
@@ -34,9 +38,11 @@ from .batching import PaddedKVCache, pad_prompts
 from .paged_cache import PagedKVCache, blocks_needed
 from .workload import Request
 
-__all__ = ["ContinuousBatcher", "serve_one_at_a_time", "serve_static", "serve_continuous", "POLICIES"]
+__all__ = ["ContinuousBatcher", "serve_one_at_a_time", "serve_static", "serve_continuous", "POLICIES",
+           "ALLOCATIONS"]
 
 POLICIES = ("prefill-first",)
+ALLOCATIONS = ("on-demand", "reserve")
 
 
 def _generator(r: Request) -> torch.Generator:
@@ -58,12 +64,23 @@ class ContinuousBatcher:
     """Serve :class:`~.workload.Request` s with continuous batching on ``model`` (a
     ``DecoderOnlyLM``): :meth:`submit` requests (from any thread), call :meth:`step` while
     :meth:`busy`. ``on_token(request, token)`` and ``on_finish(request)`` are called as tokens come
-    (the server streams from them). The cache is a pool of ``num_blocks`` blocks of ``block_size``."""
+    (the server streams from them). The cache is a pool of ``num_blocks`` blocks of ``block_size``,
+    taken as tokens are written (``allocation="on-demand"``, pre-empting the newest request when
+    the pool runs out) or promised at admission for each request's longest length
+    (``allocation="reserve"``). ``reserve_tokens`` only feeds the memory comparison: the new
+    tokens a contiguous cache would have to reserve per request (None: its ``max_tokens``; a
+    server that cannot foresee where a request stops must reserve its limit)."""
 
     def __init__(self, model, max_batch: int = 8, max_prefill_tokens: int = 512, block_size: int = 16,
                  num_blocks: int = 256, eos_id: int | None = None, policy: str = "prefill-first",
-                 clock=time.perf_counter, on_token=None, on_finish=None):
+                 clock=time.perf_counter, on_token=None, on_finish=None, allocation: str = "on-demand",
+                 reserve_tokens: int | None = None):
         check_scheduler_args(max_batch, max_prefill_tokens, policy, POLICIES)
+        if allocation not in ALLOCATIONS:
+            raise ValueError(f"allocation: expected one of {ALLOCATIONS}, got {allocation!r}")
+        if reserve_tokens is not None:
+            check_int("reserve_tokens", reserve_tokens)
+        self.allocation, self.reserve_tokens = allocation, reserve_tokens
         if eos_id is not None:
             check_int("eos_id", eos_id, 0)
         self.model, self.max_batch, self.max_prefill_tokens = model, max_batch, max_prefill_tokens
@@ -73,12 +90,17 @@ class ContinuousBatcher:
         self.running: list[Request] = []
         self.cancelled: set = set()
         self.on_token, self.on_finish = on_token, on_finish
-        self.reserved = 0  # blocks promised to running requests at their longest
+        self.reserved = 0  # blocks promised to running requests at their longest (allocation="reserve")
+        self.preemptions = 0
+        self._admitted_at: dict = {}  # request id -> step of its (latest) admission: who is newest
+        self._steps = 0
         self._generators: dict = {}
         self.device = next(model.parameters()).device
         # memory over the run, in cache positions: blocks held, real tokens, and what contiguous
-        # caches reserving each running request's longest length would hold
+        # caches reserving each running request's longest length would hold; the peak over the
+        # decode steps and the sum (the mean is sum / decode_steps)
         self.peak = {"paged_positions": 0, "real_positions": 0, "contiguous_positions": 0}
+        self.total = {"paged_positions": 0, "real_positions": 0, "contiguous_positions": 0, "decode_steps": 0}
 
     def capacity_for(self, request: Request) -> int:
         return blocks_needed(len(request.prompt) + request.max_tokens, self.cache.block_size)
@@ -112,46 +134,86 @@ class ContinuousBatcher:
     def _retire(self, r: Request) -> None:
         self.running.remove(r)
         self.cache.free(r.id)
-        self.reserved -= self.capacity_for(r)
+        if self.allocation == "reserve":
+            self.reserved -= self.capacity_for(r)
         self._generators.pop(r.id, None)
+        self._admitted_at.pop(r.id, None)
         if self.on_finish is not None:
             self.on_finish(r)
 
     def _drop_cancelled(self) -> None:
         for r in [r for r in self.running if r.id in self.cancelled]:
             self._retire(r)
+        for r in self.waiting:  # a pre-empted request's generator is kept while it waits
+            if r.id in self.cancelled:
+                self._generators.pop(r.id, None)
         if self.cancelled:
             self.waiting = collections.deque(r for r in self.waiting if r.id not in self.cancelled)
             self.cancelled = set()
 
+    def _context(self, r: Request) -> list[int]:
+        """What a prefill of ``r`` computes: its prompt and the tokens it produced before a pre-emption."""
+        return r.prompt + r.tokens
+
+    def _growth(self) -> int:
+        """Blocks the running requests' next decode step needs: one for each whose blocks are full."""
+        bs = self.cache.block_size
+        return sum(1 for r in self.running if self.cache.seq_lengths[r.id] % bs == 0)
+
     def _admit(self) -> list[Request]:
         admitted, budget = [], self.max_prefill_tokens
+        free = len(self.cache.free_blocks) - self._growth()  # on-demand: room now, the next decode step's kept
         while self.waiting and len(self.running) + len(admitted) < self.max_batch:
             r = self.waiting[0]
-            need = self.capacity_for(r)
-            if self.reserved + need > self.cache.num_blocks or (admitted and len(r.prompt) > budget):
+            tokens = len(self._context(r))
+            if admitted and tokens > budget:
                 break
+            if self.allocation == "reserve":
+                need = self.capacity_for(r)
+                if self.reserved + need > self.cache.num_blocks:
+                    break
+                self.reserved += need
+            else:
+                need = blocks_needed(tokens + 1, self.cache.block_size)  # its context and its first decode
+                if need > free:
+                    break
+                free -= need
             self.waiting.popleft()
-            self.reserved += need
-            budget -= len(r.prompt)
+            budget -= tokens
             admitted.append(r)
         return admitted
+
+    def _preempt(self) -> None:
+        """Free blocks for the decode step (on-demand): while the running requests need more new
+        blocks than the pool has, the newest one gives its blocks back and waits at the front of
+        the queue, its tokens so far kept (they are prefilled again when it returns)."""
+        while self._growth() > len(self.cache.free_blocks) and len(self.running) > 1:
+            victim = max(self.running, key=lambda r: self._admitted_at[r.id])
+            self.running.remove(victim)
+            self.cache.free(victim.id)
+            self._admitted_at.pop(victim.id)
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
 
     @torch.no_grad()
     def step(self) -> None:
         """One iteration: drop cancelled requests, admit and prefill, decode every running row, retire."""
         self._drop_cancelled()
-        for r in self._admit():  # prefill, one prompt per forward pass
+        self._steps += 1
+        for r in self._admit():  # prefill, one prompt (and the tokens of a pre-empted request) per forward pass
             self.cache.add_sequence(r.id)
             self.cache.select([r.id])
-            if r.temperature > 0:
+            if r.temperature > 0 and r.id not in self._generators:
                 self._generators[r.id] = _generator(r)
-            prompt = torch.tensor([r.prompt], device=self.device)  # (1, L)
+            prompt = torch.tensor([self._context(r)], device=self.device)  # (1, L)
             logits = self.model(prompt, cache=self.cache)[:, -1].float()  # (1, V)
             self.running.append(r)
+            self._admitted_at[r.id] = self._steps
             self._emit(r, _pick(logits, [r], self._generators)[0])
             if self._done(r):
                 self._retire(r)
+        if self.allocation == "on-demand":
+            self._preempt()
         rows = list(self.running)
         if rows:  # decode: one token for every running request, one forward pass
             self.cache.select([r.id for r in rows])
@@ -167,9 +229,12 @@ class ContinuousBatcher:
         bs = self.cache.block_size
         now = {"paged_positions": self.cache.blocks_in_use() * bs,
                "real_positions": sum(self.cache.seq_lengths.values()),
-               "contiguous_positions": sum(len(r.prompt) + r.max_tokens for r in self.running)}
+               "contiguous_positions": sum(len(r.prompt) + (r.max_tokens if self.reserve_tokens is None
+                                                            else self.reserve_tokens) for r in self.running)}
         for key, value in now.items():
             self.peak[key] = max(self.peak[key], value)
+            self.total[key] += value
+        self.total["decode_steps"] += 1
 
     def run(self, requests: list[Request]) -> float:
         """Serve ``requests`` as they arrive (``arrival`` seconds after now, waiting in real time
@@ -188,10 +253,13 @@ class ContinuousBatcher:
 
 def serve_continuous(model, requests: list[Request], **options) -> tuple[float, dict]:
     """Continuous batching of ``requests`` (fresh copies are served, filled in place): (wall
-    seconds, peak memory in cache positions)."""
+    seconds, memory in cache positions: the peaks over the decode steps, their means under
+    ``"mean"``, and the number of pre-emptions)."""
     batcher = ContinuousBatcher(model, **options)
     seconds = batcher.run(requests)
-    return seconds, batcher.peak
+    steps = max(1, batcher.total["decode_steps"])
+    mean = {k: v / steps for k, v in batcher.total.items() if k != "decode_steps"}
+    return seconds, {**batcher.peak, "mean": mean, "preemptions": batcher.preemptions}
 
 
 @torch.no_grad()
@@ -216,15 +284,21 @@ def serve_one_at_a_time(model, requests: list[Request], clock=time.perf_counter)
 
 
 @torch.no_grad()
-def serve_static(model, requests: list[Request], max_batch: int = 8, clock=time.perf_counter) -> tuple[float, dict]:
+def serve_static(model, requests: list[Request], max_batch: int = 8, clock=time.perf_counter,
+                 reserve_tokens: int | None = None) -> tuple[float, dict]:
     """Static batching: when idle, take up to ``max_batch`` arrived requests and decode them
     together to the end of the longest (a :class:`~.batching.PaddedKVCache` sized to the batch's
-    longest prompt plus its largest ``max_tokens``); rows that finish early idle. Greedy. Returns
-    (wall seconds, peak memory in cache positions)."""
+    longest prompt plus its largest ``max_tokens``, or plus ``reserve_tokens`` when given: what a
+    server must preallocate when it cannot know where a request stops); rows that finish early
+    idle. Greedy. Returns (wall seconds, memory in cache positions: peaks over the decode steps,
+    their means under ``"mean"``)."""
     check_int("max_batch", max_batch)
+    if reserve_tokens is not None:
+        check_int("reserve_tokens", reserve_tokens)
     device, start = next(model.parameters()).device, clock()
     pending = collections.deque(sorted(requests, key=lambda r: r.arrival))
     peak = {"padded_positions": 0, "real_positions": 0}
+    total, count = {"padded_positions": 0, "real_positions": 0}, 0
     while pending:
         time.sleep(max(0.0, pending[0].arrival - (clock() - start)))
         batch = []
@@ -232,6 +306,7 @@ def serve_static(model, requests: list[Request], max_batch: int = 8, clock=time.
             batch.append(pending.popleft())
         tokens, lengths = pad_prompts([r.prompt for r in batch])
         steps = max(r.max_tokens for r in batch)
+        reserved = len(batch) * (tokens.shape[1] + (steps if reserve_tokens is None else max(steps, reserve_tokens)))
         cache = PaddedKVCache(len(model.blocks), len(batch), tokens.shape[1] + steps)
         logits = model(tokens.to(device), cache=cache)  # (B, L_max, V)
         cache.set_lengths(lengths)
@@ -243,9 +318,11 @@ def serve_static(model, requests: list[Request], max_batch: int = 8, clock=time.
                 if len(r.tokens) < r.max_tokens:
                     r.tokens.append(t)
                     r.token_times.append(now)
-            peak["padded_positions"] = max(peak["padded_positions"], len(batch) * (tokens.shape[1] + steps))
-            peak["real_positions"] = max(peak["real_positions"],
-                                         int(lengths.sum()) + sum(len(r.tokens) for r in batch))
+            now = {"padded_positions": reserved, "real_positions": int(lengths.sum()) + sum(len(r.tokens) for r in batch)}
+            for key, value in now.items():
+                peak[key] = max(peak[key], value)
+                total[key] += value
+            count += 1
             if step + 1 < steps:
                 logits = model(token[:, None], cache=cache)[:, -1].float()
-    return clock() - start, peak
+    return clock() - start, {**peak, "mean": {k: v / max(1, count) for k, v in total.items()}}
