@@ -8,8 +8,8 @@ renormalised to sum to one, weight the chosen experts' outputs.
 
 The router logits of the last call are kept on the module (``last_router_logits``, (N, E) with
 N = B * L) and also pass through the hook point ``hook_router_logits`` so that the training
-loop can add :func:`load_balancing_loss` (Switch Transformer, Mixtral) without changing what
-``forward`` returns.
+loop can add :func:`load_balancing_loss` (GShard, Switch Transformer; Mixtral's too) without
+changing what ``forward`` returns.
 """
 from __future__ import annotations
 
@@ -38,10 +38,13 @@ def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.
 
 
 def load_balancing_loss(router_logits, top_k: int, num_experts: int | None = None) -> torch.Tensor:
-    """Switch/Mixtral auxiliary loss: ``E * sum_e f_e * P_e``.
+    """The auxiliary loss of GShard and Switch Transformer (Mixtral's too): ``E * sum_e f_e * P_e``.
 
-    ``f_e`` is the fraction of the top-k assignments that went to expert e (counted per k slot
-    and averaged over tokens, as transformers' ``load_balancing_loss_func``), ``P_e`` the mean
+    (Shazeer et al. 2017 balanced with a different loss: the squared coefficient of variation of
+    each expert's summed probability, plus a smooth load estimate under noisy gating.)
+
+    ``f_e`` is the assignments per token to expert e (counted per k slot and averaged over tokens,
+    as transformers' ``load_balancing_loss_func``, so that ``sum_e f_e = top_k``), ``P_e`` the mean
     router probability of expert e. A router with uniform probabilities gives ``top_k`` (whatever
     it picks); all tokens on one expert with probability one gives about ``E`` (the first slot's
     f * P is 1, the second slot's expert has P near 0). It is a surrogate, not a measure of
