@@ -28,6 +28,7 @@ baselines, on the same arrivals and the same clock.
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 
 import torch
@@ -35,6 +36,7 @@ import torch
 from .._checks import check_int, check_scheduler_args
 from ..logit_filters import sample_next
 from .batching import PaddedKVCache, pad_prompts
+from .packed_linear import PackedLinears
 from .paged_cache import PagedKVCache, blocks_needed
 from .workload import Request
 
@@ -69,18 +71,21 @@ class ContinuousBatcher:
     the pool runs out) or promised at admission for each request's longest length
     (``allocation="reserve"``). ``reserve_tokens`` only feeds the memory comparison: the new
     tokens a contiguous cache would have to reserve per request (None: its ``max_tokens``; a
-    server that cannot foresee where a request stops must reserve its limit)."""
+    server that cannot foresee where a request stops must reserve its limit). ``pack_linears``
+    runs the forward passes with oneDNN-packed weights (:mod:`.packed_linear`: a few rows then
+    cost closer to one row, for a second copy of the weights in memory)."""
 
     def __init__(self, model, max_batch: int = 8, max_prefill_tokens: int = 512, block_size: int = 16,
                  num_blocks: int = 256, eos_id: int | None = None, policy: str = "prefill-first",
                  clock=time.perf_counter, on_token=None, on_finish=None, allocation: str = "on-demand",
-                 reserve_tokens: int | None = None):
+                 reserve_tokens: int | None = None, pack_linears: bool = False):
         check_scheduler_args(max_batch, max_prefill_tokens, policy, POLICIES)
         if allocation not in ALLOCATIONS:
             raise ValueError(f"allocation: expected one of {ALLOCATIONS}, got {allocation!r}")
         if reserve_tokens is not None:
             check_int("reserve_tokens", reserve_tokens)
         self.allocation, self.reserve_tokens = allocation, reserve_tokens
+        self.packs = PackedLinears(model) if pack_linears else contextlib.nullcontext()
         if eos_id is not None:
             check_int("eos_id", eos_id, 0)
         self.model, self.max_batch, self.max_prefill_tokens = model, max_batch, max_prefill_tokens
@@ -198,6 +203,10 @@ class ContinuousBatcher:
     @torch.no_grad()
     def step(self) -> None:
         """One iteration: drop cancelled requests, admit and prefill, decode every running row, retire."""
+        with self.packs:
+            self._step()
+
+    def _step(self) -> None:
         self._drop_cancelled()
         self._steps += 1
         for r in self._admit():  # prefill, one prompt (and the tokens of a pre-empted request) per forward pass
@@ -285,16 +294,21 @@ def serve_one_at_a_time(model, requests: list[Request], clock=time.perf_counter)
 
 @torch.no_grad()
 def serve_static(model, requests: list[Request], max_batch: int = 8, clock=time.perf_counter,
-                 reserve_tokens: int | None = None) -> tuple[float, dict]:
+                 reserve_tokens: int | None = None, pack_linears: bool = False) -> tuple[float, dict]:
     """Static batching: when idle, take up to ``max_batch`` arrived requests and decode them
     together to the end of the longest (a :class:`~.batching.PaddedKVCache` sized to the batch's
     longest prompt plus its largest ``max_tokens``, or plus ``reserve_tokens`` when given: what a
     server must preallocate when it cannot know where a request stops); rows that finish early
     idle. Greedy. Returns (wall seconds, memory in cache positions: peaks over the decode steps,
-    their means under ``"mean"``)."""
+    their means under ``"mean"``). ``pack_linears``: as :class:`ContinuousBatcher`'s."""
     check_int("max_batch", max_batch)
     if reserve_tokens is not None:
         check_int("reserve_tokens", reserve_tokens)
+    with PackedLinears(model) if pack_linears else contextlib.nullcontext():
+        return _serve_static(model, requests, max_batch, clock, reserve_tokens)
+
+
+def _serve_static(model, requests, max_batch, clock, reserve_tokens):
     device, start = next(model.parameters()).device, clock()
     pending = collections.deque(sorted(requests, key=lambda r: r.arrival))
     peak = {"padded_positions": 0, "real_positions": 0}
