@@ -24,13 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_BATCH, QUEUE = 4, 4
 
 
-@pytest.fixture(scope="module")
-def server():
+def _start(max_tokens, timeout):
+    """The tiny model's server as a process on a free port: (process, port), every wait bounded."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "transformer_lib.serving.server", "--model", "tiny", "--port",
                                 "0", "--max-batch", str(MAX_BATCH), "--queue", str(QUEUE), "--max-prompt", "64",
-                                "--max-tokens", "200", "--timeout", "20", "--threads", "1"],
+                                "--max-tokens", str(max_tokens), "--timeout", str(timeout), "--threads", "1"],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from _serve(200, 20)
+
+
+def _serve(max_tokens, timeout):
+    process = _start(max_tokens, timeout)
     try:
         deadline, port = time.monotonic() + 30, None
         while port is None and time.monotonic() < deadline and process.poll() is None:
@@ -165,3 +175,42 @@ def _other_addresses():
 def _has(tool):
     from shutil import which
     return which(tool) is not None
+
+
+TIMEOUT_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def hasty_server():
+    """A server whose per-request limit (0.5 s) is ten times shorter than the CPU time a 1,000-token
+    request takes the tiny model (~5 ms a token on one thread: 5 s)."""
+    yield from _serve(1000, TIMEOUT_S)
+
+
+def _health(port):
+    conn = HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/health")
+    body = json.loads(conn.getresponse().read().decode())
+    conn.close()
+    return body
+
+
+def test_a_request_past_the_timeout_gets_504_its_row_is_freed_and_the_server_keeps_serving(hasty_server):
+    _, port = hasty_server
+    start = time.monotonic()
+    status, data = _post(port, {"prompt": "a", "max_tokens": 1000})
+    assert status == 504 and "0.5 s limit" in json.loads(data)["error"]["message"]
+    assert time.monotonic() - start >= TIMEOUT_S
+    # streaming: the tokens made in time arrive, then an error event, then [DONE]
+    status, data = _post(port, {"prompt": "a", "max_tokens": 1000, "stream": True})
+    events = [line[len("data: "):] for line in data.split("\n\n") if line.startswith("data: ")]
+    assert status == 200 and events[-1] == "[DONE]"
+    assert json.loads(events[-2])["error"]["code"] == 504
+    assert sum(len(json.loads(e)["choices"][0]["token_ids"]) for e in events[:-2]) < 1000
+    # the cancelled requests leave the batch: nothing is in flight, and a short request is served
+    deadline = time.monotonic() + 30
+    while _health(port)["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _health(port)["in_flight"] == 0
+    status, data = _post(port, {"prompt": "hi", "max_tokens": 2})
+    assert status == 200 and json.loads(data)["choices"][0]["token_ids"] == generate_ids(tiny_model(), list(b"hi"), 2)
