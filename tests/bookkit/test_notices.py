@@ -57,6 +57,19 @@ def test_every_pretrained_package_and_web_asset_has_a_notice():
             assert "**Licence" in section or "Licences" in section, section.splitlines()[0]
 
 
+def test_every_chapter_that_loads_a_model_is_in_its_notice():
+    """A chapter that loads MiniLM or SmolLM2 is named in that model's "Used by" line."""
+    for heading, loader in (("### all-MiniLM-L6-v2", "load_minilm"), ("### SmolLM2", "load_smollm2")):
+        section = NOTICES[NOTICES.index(heading):]
+        section = section[:section.index("\n### ", 1)]
+        used_by = section.split("**Used by:**", 1)[1].split("\n- **", 1)[0]
+        listed = {int(n) for n in re.findall(r"\b\d+\b", used_by)}
+        loading = {int(p.name[:2]) for p in sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md"))
+                   if loader in p.read_text(encoding="utf8")}
+        assert loading, loader
+        assert loading <= listed, f"{heading[4:]}'s notice does not name chapters {sorted(loading - listed)}"
+
+
 def test_static_file_check_catches_an_unknown_asset():
     assert build_book.has_notice("vendor/fontawesome/webfonts/fa-solid-900.woff2")
     assert build_book.has_notice("mystnb.11b39860.css")
