@@ -83,3 +83,68 @@ ANSWERS = {
         ],
     },
 }
+
+
+def position_mean_reference(model, tokens, in_context, layer, head):
+    from transformer_lib.induction import in_context_loss
+    from transformer_lib.probes import patch_activations
+
+    def fill(z):
+        z = z.clone()
+        z[:, :, head] = z[:, :, head].mean(0, keepdim=True)
+        return z
+
+    with torch.no_grad(), patch_activations(model, {f"blocks.{layer}.hook_z": fill}):
+        return in_context_loss(model(tokens), tokens, in_context)
+
+
+def _position_mean_where(model, tokens, in_context, layer, head):  # a mask, a float out
+    from transformer_lib.induction import in_context_loss
+    from transformer_lib.probes import patch_activations
+
+    def fill(z):
+        pick = torch.zeros(z.shape[2], dtype=torch.bool)
+        pick[head] = True
+        return torch.where(pick[:, None], z.mean(0, keepdim=True).expand_as(z), z)
+
+    with torch.no_grad(), patch_activations(model, {f"blocks.{layer}.hook_z": fill}):
+        return float(in_context_loss(model(tokens), tokens, in_context))
+
+
+def _ablation_variant(how):
+    def ablated(model, tokens, in_context, layer, head):
+        from transformer_lib.induction import in_context_loss
+        from transformer_lib.probes import patch_activations
+        heads = slice(None) if how == "all_heads" else (head + 1) % 4 if how == "wrong_head" else head
+
+        def fill(z):
+            z = z.clone()
+            if how == "zero":
+                z[:, :, heads] = 0.0
+            elif how == "global_mean":
+                z[:, :, heads] = z[:, :, heads].mean((0, 1), keepdim=True)
+            else:
+                z[:, :, heads] = z[:, :, heads].mean(0, keepdim=True)
+            return z
+
+        with torch.no_grad(), patch_activations(model, {f"blocks.{layer}.hook_z": fill}):
+            logits = model(tokens)
+        if how == "every_target":
+            V = logits.shape[-1]
+            return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+        return in_context_loss(logits, tokens, in_context)
+    return ablated
+
+
+def _ablation_clean(model, tokens, in_context, layer, head):
+    from transformer_lib.induction import in_context_loss
+    with torch.no_grad():
+        return in_context_loss(model(tokens), tokens, in_context)
+
+
+ANSWERS["induction.position_mean_ablation"] = {
+    "solution": lambda: position_mean_reference,
+    "alternatives": lambda: [_position_mean_where],
+    "wrong": lambda: [_ablation_variant("zero"), _ablation_variant("global_mean"), _ablation_variant("all_heads"),
+                      _ablation_variant("wrong_head"), _ablation_variant("every_target"), _ablation_clean],
+}

@@ -108,3 +108,73 @@ ANSWERS = {
                           lambda p, c, r: (c - p) / (c - r)],  # 1 - score
     },
 }
+
+
+def _patch_setup(model, clean, layer):
+    from transformer_lib.probes import record_activations
+    name = f"blocks.{layer}.hook_z"
+    with torch.no_grad(), record_activations(model, [name]) as seen:
+        model(clean)
+    return name, seen[name]
+
+
+def patch_head_reference(model, clean, corrupted, layer, head, correct, wrong):
+    from transformer_lib.probes import patch_activations
+    name, source = _patch_setup(model, clean, layer)
+
+    def put_back(z):
+        z = z.clone()
+        z[:, :, head] = source[:, :, head]
+        return z
+
+    with torch.no_grad(), patch_activations(model, {name: put_back}):
+        return logit_diff_reference(model(corrupted), correct, wrong)
+
+
+def _patch_head_where(model, clean, corrupted, layer, head, correct, wrong):  # a mask instead of an index
+    from transformer_lib.probes import patch_activations
+    name, source = _patch_setup(model, clean, layer)
+    keep = torch.zeros(source.shape[2], dtype=torch.bool)
+    keep[head] = True
+    with torch.no_grad(), patch_activations(model, {name: lambda z: torch.where(keep[:, None], source, z)}):
+        return logit_diff_reference(model(corrupted), correct, wrong)
+
+
+def _patch_head_variant(how):
+    def patch(model, clean, corrupted, layer, head, correct, wrong):
+        from transformer_lib.probes import patch_activations
+        src_tokens, run_tokens = (corrupted, clean) if how == "noising" else (clean, corrupted)
+        name, source = _patch_setup(model, src_tokens, layer)
+        heads = slice(None) if how == "all_heads" else (head + 1) % source.shape[2] if how == "wrong_head" else head
+
+        def put_back(z):
+            z = z.clone()
+            if how == "last_position":
+                z[:, -1, heads] = source[:, -1, heads]
+            else:
+                z[:, :, heads] = source[:, :, heads]
+            return z
+
+        with torch.no_grad(), patch_activations(model, {name: put_back}):
+            diff = logit_diff_reference(model(run_tokens), correct, wrong)
+        if how == "score":  # normalised instead of the raw difference
+            with torch.no_grad():
+                c = logit_diff_reference(model(clean), correct, wrong)
+                r = logit_diff_reference(model(corrupted), correct, wrong)
+            return (diff - r) / (c - r)
+        return diff
+    return patch
+
+
+def _patch_head_none(model, clean, corrupted, layer, head, correct, wrong):  # the corrupted run itself
+    with torch.no_grad():
+        return logit_diff_reference(model(corrupted), correct, wrong)
+
+
+ANSWERS["circuits.patch_head"] = {
+    "solution": lambda: patch_head_reference,
+    "alternatives": lambda: [_patch_head_where],
+    "wrong": lambda: [_patch_head_variant("noising"), _patch_head_variant("all_heads"),
+                      _patch_head_variant("wrong_head"), _patch_head_variant("last_position"),
+                      _patch_head_variant("score"), _patch_head_none],
+}

@@ -69,3 +69,53 @@ def _check_normalized_score(answer):
             raise NotYet(f"patched {patched}, clean {clean}, corrupted {corrupted}: your score is off "
                          "(clean should give 1, corrupted 0)")
     return f"right on all {len(cases)} cases, including scores above 1 and below 0."
+
+
+def _patched_reference(model, clean, corrupted, layer, head, correct, wrong):
+    """The corrupted run with one head's clean output (every position) put back: (B,) LD."""
+    from ..probes import patch_activations, record_activations
+    name = f"blocks.{layer}.hook_z"
+    with torch.no_grad():
+        with record_activations(model, [name]) as seen:
+            model(clean)
+        source = seen[name]  # (B, L, H, d_head)
+
+        def put_back(z):
+            z = z.clone()
+            z[:, :, head] = source[:, :, head]
+            return z
+        with patch_activations(model, {name: put_back}):
+            return logit_difference(model(corrupted), correct, wrong)
+
+
+def _patching_model(seed: int) -> DecoderOnlyLM:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = llama_decoder(LlamaConfig(vocab_size=30, d_model=24, num_layers=2, num_heads=3, num_kv_heads=1,
+                                          d_ff=16, context_length=10))
+    return model.eval()
+
+
+@exercise("circuits.patch_head", call="patch_head(model, clean, corrupted, layer, head, correct, wrong)",
+          hint="run the clean prompts inside record_activations(model, [f'blocks.{layer}.hook_z']) to keep z "
+               "(B, L, H, d_head); then run the corrupted prompts inside patch_activations with a function that "
+               "clones z and copies the clean z[:, :, head] into it (every position, that head only); return "
+               "the logit difference of that run at the last position, one number per prompt")
+def _check_patch_head(answer):
+    require_function(answer, "patch_head(model, clean, corrupted, layer, head, correct, wrong)")
+    cases = []
+    for n, (seed, layer, head) in enumerate(((0, 0, 1), (1, 0, 2), (2, 1, 0), (3, 0, 0)), 1):
+        model = _patching_model(seed)
+        seed_cpu(200 + seed)
+        clean = torch.randint(0, 30, (4, 7))
+        corrupted = clean.clone()
+        corrupted[:, 3] = (clean[:, 3] + 1 + torch.randint(0, 28, (4,))) % 30  # one token differs
+        correct, wrong = torch.randint(0, 30, (4,)), torch.randint(0, 30, (4,))
+        want = _patched_reference(model, clean, corrupted, layer, head, correct, wrong)
+        with torch.no_grad():
+            got = answer(model, clean.clone(), corrupted.clone(), layer, head, correct.clone(), wrong.clone())
+        compare_arrays(got, want, what=f"your logit differences for test model #{n} (block {layer}, head {head})",
+                       atol=1e-4)
+        cases.append(n)
+    return (f"right on all {len(cases)} test models: the corrupted run with one clean head put back, "
+            "in either block.")
