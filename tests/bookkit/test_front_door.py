@@ -7,6 +7,7 @@ from bookkit import front_door
 from bookkit.conventions import ROOT, chapter_label
 
 README = (ROOT / "README.md").read_text()
+CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
 INDEX = (ROOT / "book" / "index.md").read_text()
 GUIDE = (ROOT / "book" / "course-guide.md").read_text()
 PARTS = front_door.chapters_by_part()
@@ -54,3 +55,26 @@ def test_course_guide_assigns_every_chapter():
             assert n in numbers, f"the course guide's 12-session table never assigns chapter {n} ({stem})"
         else:
             assert f"Appendix {n}" in GUIDE, f"the course guide never mentions appendix {n}"
+
+
+def test_changelog_keeps_a_changelog():
+    """Keep a Changelog's form: Unreleased first, then dated versions newest first (the library's
+    version among them), its six kinds of section only; the Unreleased section is written for
+    users (no measurements), and adds no class a released version already had."""
+    import transformer_lib
+    heads = re.findall(r"(?m)^## (.*)$", CHANGELOG)
+    assert heads[0] == "[Unreleased]", "CHANGELOG.md starts with ## [Unreleased]"
+    versions = [re.fullmatch(r"\[(\d+)\.(\d+)\.(\d+)\] - (\d{4}-\d\d-\d\d)", h) for h in heads[1:]]
+    assert all(versions), f"a version heading is not '## [X.Y.Z] - YYYY-MM-DD': {heads[1:]}"
+    keys = [(tuple(int(v.group(i)) for i in (1, 2, 3)), v.group(4)) for v in versions]
+    assert keys == sorted(keys, reverse=True), "versions and dates newest first"
+    assert transformer_lib.__version__ in {".".join(map(str, k[0])) for k in keys}
+    kinds = set(re.findall(r"(?m)^### (.*)$", CHANGELOG))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
+    unreleased, released = CHANGELOG.split("## [Unreleased]", 1)[1].split("\n## [", 1)
+    measured = re.findall(r"\d[\d,.]*\s*(?:%|ms\b|s of CPU|CPU s\b|seconds\b|x faster|tokens/s)", unreleased)
+    assert not measured, f"measurements belong in benchmarks/results/, not the changelog: {measured}"
+    added = unreleased.split("### Added", 1)[1].split("\n### ", 1)[0] if "### Added" in unreleased else ""
+    again = sorted({n for n in re.findall(r"`(?:tl\.)?([A-Z][a-z]+[A-Z]\w*)`", added) if f"`{n}`" in released
+                    or f"`tl.{n}`" in released})
+    assert not again, f"Unreleased adds what a released version already lists: {again}"
