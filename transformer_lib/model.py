@@ -39,7 +39,8 @@ def clones(module: nn.Module, n: int) -> nn.ModuleList:
 
 
 class Encoder(nn.Module):
-    """A stack of :class:`TransformerBlock`, with an optional final norm (needed for Pre-LN)."""
+    """A stack of :class:`TransformerBlock` used as encoder layers (``mask`` is usually a padding
+    mask or None: every token sees every other), with an optional final norm (needed for Pre-LN)."""
 
     def __init__(self, layer: TransformerBlock, num_layers: int, final_norm: nn.Module | None = None):
         super().__init__()
