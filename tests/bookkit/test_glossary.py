@@ -158,3 +158,19 @@ def test_every_bold_definition_has_a_glossary_entry_linking_to_its_chapter():
     missing = missing_entries(chapters, GLOSSARY.read_text(encoding="utf8"))
     assert not missing, ("terms the chapters define in bold with no glossary entry linking to their chapter "
                          f"(book/glossary.md): {'; '.join(missing)}")
+
+
+def test_notation_lists_reused_letters_for_every_later_part():
+    """book/notation.md has a "### <part> (chapters a-b)" table of reused letters for every chapter
+    after the first four parts (the core the main tables describe), the appendix excepted."""
+    from bookkit.front_door import chapters_by_part
+    notation = (ROOT / "book" / "notation.md").read_text(encoding="utf8")
+    reused = notation[notation.index("## Letters reused in later parts"):]
+    covered = set()
+    for a, b in re.findall(r"(?m)^### [^\n]*\(chapters? (\d+)(?:-(\d+))?\)\s*$", reused):
+        covered |= set(range(int(a), int(b or a) + 1))
+    parts = chapters_by_part()
+    core_end = [caption for caption, _ in parts].index("The whole model")
+    later = {int(stem[:2]) for caption, stems in parts[core_end + 1:] for stem in stems if stem[:2].isdigit()}
+    assert later, "no chapters after the core"
+    assert not later - covered, f"book/notation.md has no reused-letter table for chapters {sorted(later - covered)}"
