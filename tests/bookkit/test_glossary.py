@@ -174,3 +174,35 @@ def test_notation_lists_reused_letters_for_every_later_part():
     later = {int(stem[:2]) for caption, stems in parts[core_end + 1:] for stem in stems if stem[:2].isdigit()}
     assert later, "no chapters after the core"
     assert not later - covered, f"book/notation.md has no reused-letter table for chapters {sorted(later - covered)}"
+
+
+# Terms a chapter's short answer, key points or summary names without bold (so the rule above does
+# not read them), which a reader will look up. Add a chapter's own when it lands.
+KEY_TERMS = {
+    "16-training-a-gpt": ["perplexity"],
+    "17-generating-text": ["KV cache", "top-p"],
+    "19-quantized-decoding": ["GPTQ", "roofline"],
+    "21-lora-instruction-tuning": ["LoRA"],
+    "22-preference-tuning": ["DPO", "RLHF"],
+    "23-induction-heads": ["induction head"],
+    "24-circuits": ["logit lens", "activation patching"],
+    "25-mixture-of-experts": ["MoE", "MLA", "routing", "load-balancing loss"],
+    "26-reasoning-at-test-time": ["test-time compute", "pass@k", "majority voting", "verifier", "best-of-k"],
+    "27-rl-verifiable-rewards": ["GRPO", "RLVR", "reward hacking", "group advantage", "REINFORCE"],
+    "28-serving-many-users": ["continuous batching", "static batching", "paged KV cache", "block table",
+                              "copy-on-write", "time to first token", "TTFT", "ragged batch"],
+    "29-speculative-decoding": ["speculative decoding", "acceptance rate", "draft model", "prompt lookup decoding"],
+    "30-evaluation": ["contamination", "calibration", "Wilson interval", "McNemar's test", "paired comparison",
+                      "power", "Bonferroni correction", "few-shot prompt"],
+    "31-scaling-laws": ["scaling law", "IsoFLOP curve", "compute-optimal allocation", "entropy rate"],
+}
+
+
+@pytest.mark.parametrize("stem", sorted(KEY_TERMS))
+def test_key_terms_have_entries_linking_to_their_chapter(stem):
+    if not (ROOT / "chapters" / f"{stem}.md").exists():
+        pytest.skip(f"{stem} is not written yet")
+    entries = glossary_entries(GLOSSARY.read_text(encoding="utf8"))
+    missing = [term for term in KEY_TERMS[stem]
+               if not any(_covers(name, term) and stem in links for name, links in entries.items())]
+    assert not missing, f"book/glossary.md has no entry linking to {stem} for {missing}"
