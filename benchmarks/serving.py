@@ -20,18 +20,24 @@ Servers (``serving.scheduler``; each on fresh copies of the requests, in this or
 
 * one-at-a-time - each request alone with the plain KVCache, in arrival order, the next after it;
 * static        - up to ``--batch`` (8) arrived requests decoded together to the end of the longest
-                  (PaddedKVCache sized to the longest prompt + the largest output length);
+                  (PaddedKVCache sized to the longest prompt + the largest output length), linear
+                  layers on oneDNN-packed weights (``pack_linears``: rows of a step cost less);
 * continuous    - ``ContinuousBatcher``: up to ``--batch`` rows, prefill-first under a 512-token
-                  budget, a PagedKVCache of blocks of 16 positions;
+                  budget, a PagedKVCache of blocks of 16 positions allocated on demand (pre-empting
+                  the newest request if the pool runs out), ``pack_linears`` as static;
 * transformers  - ``model.init_continuous_batching`` (the manager ``generate_batch`` runs), its
                   paged cache (pages of 16, 256 blocks, at most ``--batch`` requests and 512 tokens
                   per batch, SDPA attention), requests added at their arrival times.
 
 Per server: throughput (new tokens / wall seconds from the first arrival to the last token), time
 to first token and time per output token (p50, p95), and whether its tokens equal one-at-a-time's.
-Memory (in cache positions, x 46,080 bytes for SmolLM2's 30 layers x K, V x 3 heads x 64 x 4 bytes):
-the continuous batcher's peak blocks held against the static batches' padded buffers and against
-contiguous caches that reserve each running request's longest length.
+Memory (in cache positions, x 46,080 bytes for SmolLM2's 30 layers x K, V x 3 heads x 64 x 4 bytes),
+on the same workload read as requests that stop at different lengths: each request stops after its
+drawn output length (uniform in [8, 40]), which a server cannot know in advance (an end token ends
+a real request), so a contiguous cache must preallocate the limit, 40 new tokens, per row. Static
+batching's padded buffers (rows x (longest prompt + 40)) and contiguous caches of each running
+request (its prompt + 40) against the blocks the continuous batcher holds (allocated as tokens are
+written): peaks over the decode steps and means over them.
 
 Sweeps (for chapter 28's widgets): one decode step's time with B rows at a 64-token context
 (B = 1 .. 32: the roofline's flat part), and the two batchers at several arrival rates.
@@ -41,6 +47,7 @@ It prints, asserts nothing, and writes benchmarks/results/serving.json.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -97,9 +104,10 @@ def run_scenario(name, lm, ref, workload, batch, want=None):
     rows = {}
     serve = {
         "one-at-a-time": lambda rs: (serve_one_at_a_time(lm.model, rs), None),
-        "static": lambda rs: serve_static(lm.model, rs, max_batch=batch),
+        "static": lambda rs: serve_static(lm.model, rs, max_batch=batch, reserve_tokens=OUTPUTS[1], pack_linears=True),
         "continuous": lambda rs: serve_continuous(lm.model, rs, max_batch=batch, block_size=BLOCK,
-                                                  num_blocks=NUM_BLOCKS, max_prefill_tokens=BUDGET),
+                                                  num_blocks=NUM_BLOCKS, max_prefill_tokens=BUDGET,
+                                                  reserve_tokens=OUTPUTS[1], pack_linears=True),
         "transformers": lambda rs: (hf_serve(ref, rs, batch), None),
     }
     served = {}
@@ -152,6 +160,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-reference", action="store_true", help="skip transformers")
+    ap.add_argument("--keep-sweeps", action="store_true",
+                    help="write the scenarios with the previous results' sweeps first, then run the sweeps")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     global OUTPUTS
@@ -183,6 +193,21 @@ def main(argv=None):
                "bytes_per_position": BYTES_PER_POSITION, "offline": offline_rows, "online": online_rows,
                "prompt_tokens": sum(len(r.prompt) for r in offline),
                "output_tokens": sum(r.max_tokens for r in offline)}
+    mem_c, mem_s = offline_rows["continuous"]["memory_positions"], offline_rows["static"]["memory_positions"]
+    print(f"# memory (offline, positions): static padded peak {mem_s['padded_positions']} mean "
+          f"{mem_s['mean']['padded_positions']:.0f}; contiguous per request peak {mem_c['contiguous_positions']} mean "
+          f"{mem_c['mean']['contiguous_positions']:.0f}; paged peak {mem_c['paged_positions']} mean "
+          f"{mem_c['mean']['paged_positions']:.0f}; real peak {mem_c['real_positions']} mean "
+          f"{mem_c['mean']['real_positions']:.0f}; pre-emptions {mem_c['preemptions']}", flush=True)
+    if not args.quick and args.keep_sweeps:  # the scenarios first, with the previous run's sweeps, labelled
+        previous = json.loads((ROOT / "results" / "serving.json").read_text())
+        payload["sweeps_from"] = {"date": previous["machine"]["date"], "note": "step_sweep and rate_sweep of the "
+                                  "previous run (default F.linear, blocks reserved at admission)"}
+        payload["step_sweep"], payload["rate_sweep"] = previous["step_sweep"], previous["rate_sweep"]
+        payload["seconds"] = round(time.perf_counter() - start, 1)
+        payload["cpu_seconds"] = round(time.process_time() - start_cpu, 1)
+        write_results("serving", payload)
+        payload.pop("sweeps_from")
     if not args.quick:
         print("decode step against batch size (64 cached positions):")
         batches = [1, 2, 4, 8, 16, 32]
@@ -196,8 +221,9 @@ def main(argv=None):
                 requests = [r.fresh() for r in workload]
                 with torch.no_grad():
                     seconds, _ = (serve_continuous(lm.model, requests, max_batch=args.batch, block_size=BLOCK,
-                                                   num_blocks=NUM_BLOCKS, max_prefill_tokens=BUDGET)
-                                  if method == "continuous" else serve_static(lm.model, requests, args.batch))
+                                                   num_blocks=NUM_BLOCKS, max_prefill_tokens=BUDGET, pack_linears=True)
+                                  if method == "continuous"
+                                  else serve_static(lm.model, requests, args.batch, pack_linears=True))
                 row = latency_summary(requests, seconds)
                 sweep[method].append(row)
                 print(f"  rate {rate:4.1f}/s {method:10s} {row['tokens_per_s']:6.1f} tok/s  TTFT p50 "
