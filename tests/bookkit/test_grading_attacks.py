@@ -287,14 +287,24 @@ def _write(student: str, nb, root: Path) -> Path:
     return out
 
 
+_GENERATED: list[Path] = []  # the one course of chapter 1 generated in this session, copied by each caller
+
+
 def released_course(tmp_path_factory, name: str):
-    """A course of chapter 1 alone with its assignment generated: (root, release, source). Skips
-    where there is no sandbox to grade in."""
+    """A course of chapter 1 alone with its assignment generated: (root, release, source), a
+    course and gradebook of the caller's own. The course is written and ``nbgrader
+    generate_assignment`` run once a session (the grading modules each asked for the same one:
+    about 10 s of CPU each), then its folder is copied; nbgrader_config.py finds its root from
+    where it lies. Skips where there is no sandbox to grade in."""
     if not grading.bwrap_available():
         pytest.skip("bwrap missing: make sandbox-deps")
+    if not _GENERATED:
+        generated = tmp_path_factory.mktemp("generated-course")
+        course.write_course(CHAPTERS, generated, only=[A])
+        nbgrader(generated, "generate_assignment", A, "--force")
+        _GENERATED.append(generated)
     root = tmp_path_factory.mktemp(name)
-    course.write_course(CHAPTERS, root, only=[A])
-    nbgrader(root, "generate_assignment", A, "--force")
+    shutil.copytree(_GENERATED[0], root, dirs_exist_ok=True)
     release = nbformat.read(str(root / "release" / A / f"{A}.ipynb"), as_version=4)
     source = nbformat.read(str(root / "source" / A / f"{A}.ipynb"), as_version=4)
     return root, release, source

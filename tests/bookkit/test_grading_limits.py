@@ -26,7 +26,6 @@ from nbgrader.api import Gradebook  # noqa: E402
 
 from _submissions import BOUNDED_FORKS, without_demonstrations  # noqa: E402
 from bookkit import course, grading, process_limit  # noqa: E402
-from bookkit.conventions import CHAPTERS  # noqa: E402
 
 ASSIGNMENT = "01-attention"
 EXERCISES = 4
@@ -92,14 +91,9 @@ def test_forks_past_the_cap_are_refused_in_the_sandbox():
 
 @pytest.fixture(scope="module")
 def bombed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("forkbomb-course")
-    course.write_course(CHAPTERS, root, only=[ASSIGNMENT])
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               NBGRADER_EXCHANGE=str(root / "exchange"))
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
-                   cwd=root, env=env, check=True, capture_output=True, timeout=600)
-    release = nbformat.read(str(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), as_version=4)
-    source = nbformat.read(str(root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), as_version=4)
+    from test_grading_attacks import A, released_course  # the session's generated course of chapter 1, copied
+    assert A == ASSIGNMENT
+    root, release, source = released_course(tmp_path_factory, "forkbomb-course")
     answers = [MARKERS.sub("", c.source) for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
     for student in ("aforkbomb", "solutions"):  # graded in this order, in one process
         nb = without_demonstrations(nbformat.from_dict(release))
