@@ -8,7 +8,7 @@ Setting: one decode step's linear layers of SmolLM2-135M (30 blocks x q (576x576
 (192x576 each), o (576x576), gate, up (1536x576), down (576x1536)), each block its own random
 float32 weights so that every weight comes from memory as in a real forward pass (one weight
 timed alone stays in the cache and hides the effect), and the tied LM head (49152x576, 113 MB).
-CPU time (``time.process_time``) of each variant, median of 5, at 1 and 2 threads; variants
+CPU time (``time.process_time``) of each variant, median of ``--reps`` (5), at ``--threads`` (1 and 2); variants
 interleaved so the load of the machine hits them alike.
 
 Variants of ``y = x @ W.T`` (x (M, K) row-major, W (N, K) as nn.Linear stores it):
@@ -118,12 +118,13 @@ def step_sweep(reps=5):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--reps", type=int, default=5, help="timings per variant (the median is kept)")
     args = ap.parse_args(argv)
-    payload = {"rows": ROWS, "by_threads": {}}
+    payload = {"rows": ROWS, "reps": args.reps, "by_threads": {}}
     for threads in args.threads:
         torch.set_num_threads(threads)
         print(f"# {describe(machine())}; {threads} threads")
-        payload["by_threads"][str(threads)] = {"linear": linear_sweep(), "decode_step": step_sweep()}
+        payload["by_threads"][str(threads)] = {"linear": linear_sweep(args.reps), "decode_step": step_sweep(args.reps)}
     write_results("small_rows", payload)
 
 
