@@ -9,7 +9,8 @@ What lands in OUT_DIR:
 * ``explainer/book_gpt.onnx``: chapter 16's GPT (``transformer_lib.data.load_gpt_checkpoint``)
   exported by :func:`transformer_lib.export.export_onnx`, which carries its tokenizer's merges;
   exported once and kept under ``bookkit/explainer/cache/`` (git-ignored), keyed by the
-  checkpoint's and the exporter's bytes;
+  checkpoint's and the exporter's bytes and the source files of the model's own classes (the
+  export's node names carry their qualified names, ``transformer_lib.layers.TransformerBlock``);
 * ``explainer/tokenizer.json``: the same merges, readable (the page itself reads the model's);
 * ``explainer/classes.json``: the code-point ranges of ``\\p{L}``, ``\\p{N}`` and ``\\s`` as the
   ``regex`` module of the Python tokenizer sees them (see bpe.js: browsers differ);
@@ -88,16 +89,21 @@ def _digest(*paths: Path) -> str:
 
 
 def book_model() -> Path:
-    """Chapter 16's GPT as ONNX, exported once per checkpoint and exporter version."""
+    """Chapter 16's GPT as ONNX, exported once per checkpoint, exporter and model source."""
+    import inspect
+
     import transformer_lib.export as export
     from transformer_lib.data import GPT_CHECKPOINT, load_gpt_checkpoint
 
-    target = CACHE / f"book_gpt-{_digest(GPT_CHECKPOINT, Path(export.__file__))}.onnx"
+    model, tokenizer, _ = load_gpt_checkpoint()
+    # the library's classes in the model (a renamed or edited block changes the export's nodes)
+    sources = sorted({Path(inspect.getsourcefile(type(m))) for m in model.modules()
+                      if type(m).__module__.startswith("transformer_lib.")})
+    target = CACHE / f"book_gpt-{_digest(GPT_CHECKPOINT, Path(export.__file__), *sources)}.onnx"
     if not target.exists():
         CACHE.mkdir(exist_ok=True)
         for old in CACHE.glob("book_gpt-*.onnx"):
             old.unlink()
-        model, tokenizer, _ = load_gpt_checkpoint()
         partial = target.with_name("partial.onnx")
         export.export_onnx(model, partial, tokenizer)
         partial.replace(target)
