@@ -207,3 +207,25 @@ def test_key_terms_have_entries_linking_to_their_chapter(stem):
     missing = [term for term in KEY_TERMS[stem]
                if not any(_covers(name, term) and stem in links for name, links in entries.items())]
     assert not missing, f"book/glossary.md has no entry linking to {stem} for {missing}"
+
+
+def test_every_glossary_anchor_names_a_heading_of_its_chapter():
+    """A link ``chapters/NN-x.ipynb#anchor`` resolves in the built book only if the anchor is
+    MyST's slug of one of that chapter's headings (``myst_heading_anchors: 3``: levels 1-3). The
+    slug drops punctuation rather than hyphenating it (``the prompt's layout`` ->
+    ``the-prompts-layout``), which the HTML's own ids do not show; the book tier's link test
+    catches a wrong anchor only after a full build, this one reads the sources."""
+    from myst_parser.mdit_to_docutils.base import default_slugify
+
+    text = GLOSSARY.read_text(encoding="utf8")
+    links = re.findall(r"\]\(chapters/([0-9A-Z]+-[a-z0-9-]+)\.ipynb#([^)\s]+)\)", text)
+    assert links, "the glossary links to no chapter section"
+    bad = []
+    for stem, anchor in links:
+        source = ROOT / "chapters" / f"{stem}.md"
+        if not source.exists():
+            continue  # a chapter not written yet; the front-door tests own that case
+        headings = re.findall(r"^#{1,3} (.+?)\s*$", _prose(source.read_text(encoding="utf8")), re.M)
+        if anchor not in {default_slugify(h) for h in headings}:
+            bad.append(f"{stem}#{anchor}")
+    assert not bad, f"glossary anchors that name no heading of their chapter: {bad}"
