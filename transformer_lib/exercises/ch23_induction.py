@@ -54,33 +54,21 @@ def _check_k_composition(answer):
     return compare_function(answer, expected, [c[0] for c in cases], what="K-composition score", atol=1e-4)
 
 
-def _position_mean_reference(model, tokens, in_context, layer, head):
-    """The in-context loss with one head's output replaced by its mean over the batch at each
-    position (through ``blocks.{layer}.hook_z``)."""
-    from ..induction import in_context_loss
-    from ..probes import patch_activations
-
-    def fill(z):  # (B, L, H, d_head)
-        z = z.clone()
-        z[:, :, head] = z[:, :, head].mean(0, keepdim=True)
-        return z
-    with torch.no_grad(), patch_activations(model, {f"blocks.{layer}.hook_z": fill}):
-        return in_context_loss(model(tokens), tokens, in_context)
-
-
 @exercise("induction.position_mean_ablation", call="ablated_loss(model, tokens, in_context, layer, head)",
           hint="inside patch_activations(model, {f'blocks.{layer}.hook_z': f}), f receives z (B, L, H, d_head): "
                "clone it, set z[:, :, head] to its mean over the batch (dim 0, keepdim=True), return it; then "
                "run the model and return induction.in_context_loss(logits, tokens, in_context)")
 def _check_position_mean_ablation(answer):
-    from ..induction import repeated_random_tokens
+    from ..circuits import ablated_logits
+    from ..induction import in_context_loss, repeated_random_tokens
     cases = 0
     for seed, layer, head in ((0, 0, 1), (1, 1, 2), (2, 1, 0)):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = DecoderOnlyLM(16, 16, 4, 2, max_len=12, ffn=False, positional="rope").eval()
         tokens, in_context = repeated_random_tokens(8, 12, 16, None, torch.Generator().manual_seed(seed))
-        want = float(_position_mean_reference(model, tokens, in_context, layer, head))
+        with torch.no_grad():  # the library's mean ablation: the head's batch mean at each position
+            want = float(in_context_loss(ablated_logits(model, tokens, [(layer, head)], how="mean"), tokens, in_context))
         with torch.no_grad():
             got = to_number(answer(model, tokens.clone(), in_context.clone(), layer, head), "your loss")
         if abs(got - want) > 1e-4:
