@@ -57,20 +57,26 @@ def held_out_accuracy(model) -> dict:
             "sampled": accuracy(model, prompts, answers, temperature=1.0, seed=99)}
 
 
-def run(name: str, seed: int, steps: int) -> dict:
+def train_setting(settings: dict, name: str, seed: int, steps: int, clock=time.perf_counter):
+    """Train a copy of the shipped addition model by ``settings[name]`` (keyword arguments of
+    train_grpo, or None for supervised fine-tuning) for ``steps`` steps from ``seed``: the trained
+    policy, its history rounded to 4 decimals, and the ``clock`` seconds it took."""
     base = load_addition_model()
     policy = copy.deepcopy(base)
     torch.manual_seed(seed)
-    start = time.perf_counter()
-    if SETTINGS[name] is None:
+    start = clock()
+    if settings[name] is None:
         generator = torch.Generator().manual_seed(seed)
         history = fit(policy, lambda step: sft_batch(128, DIGITS, generator), sft_loss, steps, lr=LR,
                       progress=False)
     else:
-        kwargs = dict(SETTINGS[name])
-        history = train_grpo(policy, base, DIGITS, steps, lr=LR, max_new_tokens=MAX_NEW, seed=seed, **kwargs)
-    seconds = time.perf_counter() - start
-    history = {k: [round(v, 4) for v in values] for k, values in history.items()}
+        history = train_grpo(policy, base, DIGITS, steps, lr=LR, max_new_tokens=MAX_NEW, seed=seed, **settings[name])
+    seconds = clock() - start
+    return policy, {k: [round(v, 4) for v in values] for k, values in history.items()}, seconds
+
+
+def run(name: str, seed: int, steps: int) -> dict:
+    policy, history, seconds = train_setting(SETTINGS, name, seed, steps)
     return {"setting": name, "seed": seed, "after": held_out_accuracy(policy.eval()),
             "seconds_per_step": seconds / steps, "history": history}
 

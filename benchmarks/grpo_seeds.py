@@ -20,7 +20,6 @@ Prints a line per run, asserts nothing, writes benchmarks/results/grpo_seeds.jso
 """
 from __future__ import annotations
 
-import copy
 import statistics
 import sys
 import time
@@ -33,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
 from _results import describe, machine, seed_sweep, write_results  # noqa: E402
+from grpo import train_setting  # noqa: E402
 
 from transformer_lib.reasoning import (accuracy, addition_problems, decode, load_addition_model,  # noqa: E402
-                                       sample_responses, sft_batch, sft_loss, train_grpo, verify, verify_fail_open)
-from transformer_lib.training import fit  # noqa: E402
+                                       sample_responses, verify, verify_fail_open)
 
 DIGITS, LR, MAX_NEW, SAMPLES = 4, 3e-4, 12, 16
 SETTINGS = {  # name: keyword arguments of train_grpo (None: supervised fine-tuning)
@@ -63,19 +62,7 @@ def held_out(model) -> dict:
 
 
 def run(name: str, seed: int, steps: int) -> dict:
-    base = load_addition_model()
-    policy = copy.deepcopy(base)
-    torch.manual_seed(seed)
-    start = time.process_time()
-    if SETTINGS[name] is None:
-        generator = torch.Generator().manual_seed(seed)
-        history = fit(policy, lambda step: sft_batch(128, DIGITS, generator), sft_loss, steps, lr=LR,
-                      progress=False)
-    else:
-        history = train_grpo(policy, base, DIGITS, steps, lr=LR, max_new_tokens=MAX_NEW, seed=seed,
-                             **SETTINGS[name])
-    cpu = time.process_time() - start
-    history = {k: [round(v, 4) for v in values] for k, values in history.items()}
+    policy, history, cpu = train_setting(SETTINGS, name, seed, steps, clock=time.process_time)
     return {"setting": name, "seed": seed, "after": held_out(policy.eval()),
             "cpu_seconds_per_step": cpu / steps, "history": history}
 
