@@ -76,6 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
+from transformer_lib.circuits import ablated_logits  # noqa: E402
 from transformer_lib import induction as ind  # noqa: E402
 
 DATA = Path(tl.__file__).resolve().parent / "data" / "induction_runs.pt"
@@ -126,21 +127,10 @@ def smollm2_table(top: int = 10) -> dict:
         first_half = float(torch.nn.functional.cross_entropy(
             model(tokens)[:, :half - 1].reshape(-1, lm.config.vocab_size), tokens[:, 1:half].reshape(-1)))
 
-    def ablate(heads):
-        by_layer: dict[int, list[int]] = {}
-        for name in heads:
-            layer, head = map(int, name.split("."))
-            by_layer.setdefault(layer, []).append(head)
-
-        def zero(hs):
-            def f(z):
-                z = z.clone()
-                z[..., hs, :] = 0.0
-                return z
-            return f
-        patches = {f"blocks.{layer}.hook_z": zero(hs) for layer, hs in by_layer.items()}
-        with torch.no_grad(), tl.probes.patch_activations(model, patches):
-            return float(ind.in_context_loss(model(tokens), tokens, in_context))
+    def ablate(heads):  # in-context loss with the heads ("layer.head") zeroed
+        pairs = [tuple(map(int, name.split("."))) for name in heads]
+        return float(ind.in_context_loss(ablated_logits(model, tokens, pairs, how="zero"),
+                                         tokens, in_context))
 
     top3 = [name for name, _ in best[:3]]
     order = scores.flatten().argsort()  # lowest induction scores first: heads that are surely not

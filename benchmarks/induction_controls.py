@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
+from transformer_lib.circuits import ablated_logits  # noqa: E402
 from transformer_lib import induction as ind  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "results" / "induction.json"
@@ -51,19 +52,8 @@ def main() -> None:
                                                     torch.Generator().manual_seed(23), low=1000)
 
     def zero_ablated(heads: list[tuple[int, int]]) -> float:  # in-context loss, the heads zeroed
-        by_layer: dict[int, list[int]] = {}
-        for layer, head in heads:
-            by_layer.setdefault(layer, []).append(head)
-
-        def zero(hs):
-            def f(z):  # (B, L, H, d_head)
-                z = z.clone()
-                z[..., hs, :] = 0.0
-                return z
-            return f
-        patches = {f"blocks.{layer}.hook_z": zero(hs) for layer, hs in by_layer.items()}
-        with torch.no_grad(), tl.probes.patch_activations(model, patches):
-            return float(ind.in_context_loss(model(tokens), tokens, in_context))
+        return float(ind.in_context_loss(ablated_logits(model, tokens, heads, how="zero"),
+                                         tokens, in_context))
 
     with torch.no_grad():
         clean = float(ind.in_context_loss(model(tokens), tokens, in_context))
