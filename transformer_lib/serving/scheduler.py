@@ -97,8 +97,6 @@ class ContinuousBatcher:
         self.on_token, self.on_finish = on_token, on_finish
         self.reserved = 0  # blocks promised to running requests at their longest (allocation="reserve")
         self.preemptions = 0
-        self._admitted_at: dict = {}  # request id -> step of its (latest) admission: who is newest
-        self._steps = 0
         self._generators: dict = {}
         self.device = next(model.parameters()).device
         # memory over the run, in cache positions: blocks held, real tokens, and what contiguous
@@ -142,7 +140,6 @@ class ContinuousBatcher:
         if self.allocation == "reserve":
             self.reserved -= self.capacity_for(r)
         self._generators.pop(r.id, None)
-        self._admitted_at.pop(r.id, None)
         if self.on_finish is not None:
             self.on_finish(r)
 
@@ -190,13 +187,12 @@ class ContinuousBatcher:
 
     def _preempt(self) -> None:
         """Free blocks for the decode step (on-demand): while the running requests need more new
-        blocks than the pool has, the newest one gives its blocks back and waits at the front of
-        the queue, its tokens so far kept (they are prefilled again when it returns)."""
+        blocks than the pool has, the newest one (``running`` is in order of admission) gives its
+        blocks back and waits at the front of the queue, its tokens so far kept (they are
+        prefilled again when it returns)."""
         while self._growth() > len(self.cache.free_blocks) and len(self.running) > 1:
-            victim = max(self.running, key=lambda r: self._admitted_at[r.id])
-            self.running.remove(victim)
+            victim = self.running.pop()
             self.cache.free(victim.id)
-            self._admitted_at.pop(victim.id)
             self.waiting.appendleft(victim)
             self.preemptions += 1
 
@@ -208,7 +204,6 @@ class ContinuousBatcher:
 
     def _step(self) -> None:
         self._drop_cancelled()
-        self._steps += 1
         for r in self._admit():  # prefill, one prompt (and the tokens of a pre-empted request) per forward pass
             self.cache.add_sequence(r.id)
             self.cache.select([r.id])
@@ -217,7 +212,6 @@ class ContinuousBatcher:
             prompt = torch.tensor([self._context(r)], device=self.device)  # (1, L)
             logits = self.model(prompt, cache=self.cache)[:, -1].float()  # (1, V)
             self.running.append(r)
-            self._admitted_at[r.id] = self._steps
             self._emit(r, _pick(logits, [r], self._generators)[0])
             if self._done(r):
                 self._retire(r)
