@@ -62,3 +62,19 @@ def write_results(name: str, payload: dict) -> Path:
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=1) + "\n")
     print(f"# wrote {path.relative_to(RESULTS.parent.parent)}")
     return path
+
+
+def runs_in_workers(name: str, run, jobs: list, settings: dict, elapsed, workers: int = 2) -> list:
+    """``run(job)`` for every job in ``workers`` processes (each run returns a dict with its own
+    ``train_cpu_seconds``), the results file ``<name>.json`` rewritten after every finished run, so
+    a cut sweep keeps what it finished. ``settings`` is stored as given; ``elapsed`` is
+    :func:`seed_sweep`'s clock (wall seconds: the work is in the workers)."""
+    from multiprocessing import Pool
+
+    runs = []
+    with Pool(workers) as pool:
+        for row in pool.imap(run, jobs):
+            runs.append(row)
+            write_results(name, {"settings": settings, "runs": runs, "seconds": elapsed()["seconds"],
+                                 "train_cpu_seconds_all_runs": round(sum(r["train_cpu_seconds"] for r in runs), 1)})
+    return runs

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import sys
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import seed_sweep, write_results  # noqa: E402
+from _results import runs_in_workers, seed_sweep  # noqa: E402
 
 from transformer_lib.data import load_corpus, split_paragraphs  # noqa: E402
 from transformer_lib.model import DecoderOnlyLM  # noqa: E402
@@ -117,18 +116,11 @@ def run(job):
 def main(argv=None):
     args, elapsed = seed_sweep(__doc__, argv, seeds=3)
     jobs = [(name, s) for s in range(args.seeds) for name in SETTINGS]
-    runs = []
-    with Pool(2) as pool:  # the results file is rewritten after every run, so a cut run keeps what it finished
-        for row in pool.imap(run, jobs):
-            runs.append(row)
-            vocab, train, val = data()
-            write_results("moe_lm", {
-                "settings": {"model": BASE, "ffn": SETTINGS, "steps": STEPS, "batch": BATCH, "context": CTX, "lr": LR,
-                             "warmup_steps": 30, "aux_loss_coefficient": ALPHA, "seeds": args.seeds,
-                             "vocab": vocab, "train_chars": len(train), "val_chars": len(val)},
-                "runs": runs, "seconds": elapsed()["seconds"],  # wall; the work is in the workers
-                "train_cpu_seconds_all_runs": round(sum(r["train_cpu_seconds"] for r in runs), 1)})
-
+    vocab, train, val = data()
+    runs_in_workers("moe_lm", run, jobs, {
+        "model": BASE, "ffn": SETTINGS, "steps": STEPS, "batch": BATCH, "context": CTX, "lr": LR,
+        "warmup_steps": 30, "aux_loss_coefficient": ALPHA, "seeds": args.seeds,
+        "vocab": vocab, "train_chars": len(train), "val_chars": len(val)}, elapsed)
 
 if __name__ == "__main__":
     main()

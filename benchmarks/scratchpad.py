@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import sys
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import seed_sweep, write_results  # noqa: E402
+from _results import runs_in_workers, seed_sweep  # noqa: E402
 
 from transformer_lib.reasoning import (addition_problems, decode, majority_vote, parse_answer,  # noqa: E402
                                        response_mask, sample_responses, train_addition_model)
@@ -79,16 +78,9 @@ def run(job):
 def main(argv=None):
     args, elapsed = seed_sweep(__doc__, argv, seeds=3)
     jobs = [(fmt, s) for s in range(args.seeds) for fmt in FORMATS]
-    runs = []
-    with Pool(2) as pool:  # the results file is rewritten after every run, so a cut run keeps what it finished
-        for row in pool.imap(run, jobs):
-            runs.append(row)
-            write_results("scratchpad", {
-                "settings": {"steps": STEPS, "batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "max_digits_trained": 4,
-                             "held_out_problems_per_length": PROBLEMS, "seeds": args.seeds},
-                "runs": runs, "seconds": elapsed()["seconds"],  # wall; the work is in the workers
-                "train_cpu_seconds_all_runs": round(sum(r["train_cpu_seconds"] for r in runs), 1)})
-
+    runs_in_workers("scratchpad", run, jobs, {
+        "steps": STEPS, "batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "max_digits_trained": 4,
+        "held_out_problems_per_length": PROBLEMS, "seeds": args.seeds}, elapsed)
 
 if __name__ == "__main__":
     main()
