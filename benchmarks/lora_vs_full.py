@@ -1,0 +1,203 @@
+"""LoRA against full fine-tuning of SmolLM2-135M-Instruct on chapter 21's JSON-answer task, over seeds.
+
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python benchmarks/lora_vs_full.py          # about 25 CPU-min
+    .venv/bin/python benchmarks/lora_vs_full.py --steps 2 --seeds 1 --grid-lora 2e-3 \\
+        --grid-full 3e-5 --no-memory --no-save                                         # a smoke run
+
+Both methods get the main run's budget and recipe (``benchmarks/results/lora.json``'s config: 24
+AdamW steps of 4 conversations in 2 micro-batches, answer-only loss, rank 8 and alpha 16 on q/v for
+LoRA); with seed ``s`` both see the same batches in the same order (``instruct.train_lora``'s
+shuffle), and LoRA's A is drawn after ``torch.manual_seed(s)``. Full fine-tuning trains every
+weight (the tied embedding included); the model has no dropout, so its seeds differ only in the
+data order.
+
+**The learning-rate rule, the same for both methods.** A grid of three rates a factor of 3 apart,
+centred on a usual rate for the method (LoRA: the chapter's 2e-3; full fine-tuning: 3e-5),
+extended by further factors of 3 while the best rate is at an edge (at most twice). Each rate is
+trained with seed 0; the best is the one with the lowest answer-token loss on a validation split:
+24 more questions drawn like the held-out ones (``json_task(n_test=48)``'s last 24, so the same
+held-out countries as the test questions but no question of the test set, and number pairs seen
+nowhere else). Then seeds 1 to ``--seeds``-1 run at that rate; seed 0's grid run is the first seed.
+The grid's other runs record only their losses and validation loss.
+
+**What each run measures** (as the chapter's main run): on the 24 held-out test questions, the
+share in the JSON format and the share right (``lora.score``, greedy answers of at most 10 tokens,
+each question's result kept for paired intervals); the forgetting probe: perplexity on the book's
+prose (``lora.prose_perplexity``, 8 windows) and how many of three ordinary prompts get a JSON
+answer; the validation loss; CPU seconds per optimizer step (``time.process_time`` of the
+training, one intra-op thread). Peak memory: ``lora.part_memory``, a fresh process per method.
+Writes ``benchmarks/results/lora_vs_full.json`` after every run, so a cut sweep keeps its runs.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lora as bench  # noqa: E402  (benchmarks/lora.py: the chapter's main run, reused)
+from _results import RESULTS, write_results  # noqa: E402
+
+from transformer_lib import instruct  # noqa: E402
+from transformer_lib import lora as tl_lora  # noqa: E402
+from transformer_lib.pretrained import load_smollm2  # noqa: E402
+
+METHODS = ("lora", "full")
+CENTRE = {"lora": 2e-3, "full": 3e-5}
+FACTOR = 3.0
+MAX_EXTENSIONS = 2
+
+
+def validation_split():
+    """24 questions drawn like the held-out ones, none of them a test or training question."""
+    train, test = instruct.json_task(seed=0)
+    train48, test48 = instruct.json_task(n_test=48, seed=0)
+    assert train48 == train and test48[:24] == test  # json_task draws its rows in order
+    return test48[24:]
+
+
+@torch.no_grad()
+def answer_loss(model, examples, pad_id, size=6):
+    """Mean answer-token cross-entropy over ``examples`` (teacher-forced, every answer token alike)."""
+    total, count = 0.0, 0
+    for i in range(0, len(examples), size):
+        tokens, mask = instruct.pad_batch(examples[i:i + size], pad_id)
+        total += float(instruct.answer_only_loss(model(tokens), tokens, mask, reduction="sum"))
+        count += int(mask[:, 1:].sum())
+    return total / count
+
+
+def evaluate(smol, test, val_examples, cfg):
+    answers = bench.generate_all(smol, [p for p, _, _ in test], cfg["max_new_tokens"])
+    fmt = [instruct.follows_format(a) for a in answers]
+    right = [ok and str(v).strip().lower() == str(row[2]).lower() for (ok, v), row in zip(fmt, test)]
+    ordinary = bench.generate_all(smol, bench.ORDINARY, 32)
+    fmt_rate, right_rate = bench.score(test, answers)
+    out = {} if val_examples is None else {"val_loss": answer_loss(smol.model, val_examples, smol.eos_id)}
+    return {**out, "format": fmt_rate, "correct": right_rate,
+            "format_each": [bool(ok) for ok, _ in fmt], "correct_each": [bool(r) for r in right],
+            "prose_ppl": bench.prose_perplexity(smol, 8),
+            "ordinary_json": sum(t.strip().startswith('{"answer"') for t in ordinary),
+            "answers": answers, "ordinary": ordinary}
+
+
+def train_run(smol, base, method, lr, seed, examples, val_examples, cfg):
+    """One training run from the untouched ``base``; returns its row (losses, CPU seconds per step,
+    validation loss) and the trained model."""
+    model = copy.deepcopy(base)
+    if method == "lora":
+        torch.manual_seed(seed)
+        tl_lora.add_lora(model, cfg["rank"], cfg["alpha"], cfg["targets"])
+    else:
+        model.requires_grad_(True)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    losses = instruct.train_lora(model, examples, cfg["steps"], cfg["batch"], cfg["accumulation"], lr,
+                                 pad_id=smol.eos_id, seed=seed)["loss"]
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    for p in model.parameters():  # the grid keeps its models until one is chosen: drop the gradients
+        p.grad = None
+    row = {"method": method, "lr": lr, "seed": seed, "trainable": trainable, "losses": losses,
+           "cpu_s_per_step": cpu / cfg["steps"], "wall_s_per_step": wall / cfg["steps"],
+           "val_loss": answer_loss(model, val_examples, smol.eos_id)}
+    print(f"# {method:4s} lr {lr:.2g} seed {seed}: val loss {row['val_loss']:.3f}, "
+          f"{row['cpu_s_per_step']:.2f} CPU-s/step", flush=True)
+    return row, model
+
+
+def measure(smol, model, row, test, cfg):
+    """The chapter's measurements of a trained model, added to its row."""
+    base, smol.model = smol.model, model
+    row.update(evaluate(smol, test, None, cfg))
+    smol.model = base
+    print(f"#   held-out format {row['format']:.2f}, correct {row['correct']:.2f}, prose ppl "
+          f"{row['prose_ppl']:.2f}, ordinary in JSON {row['ordinary_json']}/3", flush=True)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="default: the main run's (lora.json)")
+    ap.add_argument("--grid-lora", type=float, nargs="+", default=None, help="fixed grid (no extension)")
+    ap.add_argument("--grid-full", type=float, nargs="+", default=None, help="fixed grid (no extension)")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = dict(json.loads((RESULTS / "lora.json").read_text())["config"])
+    if args.steps is not None:
+        cfg["steps"] = args.steps
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    result = {"config": cfg, "rule": {"centre": CENTRE, "factor": FACTOR, "max_extensions": MAX_EXTENSIONS,
+                                      "select": "lowest validation answer-token loss, seed 0"},
+              "runs": []}
+
+    def save():
+        result["cpu_seconds"] = time.process_time() - cpu0
+        result["wall_seconds"] = time.perf_counter() - wall0
+        if not args.no_save:
+            write_results("lora_vs_full", result)
+
+    if not args.no_memory:  # first, before this process holds a model
+        mem_args = argparse.Namespace(memory_steps=2, rank=cfg["rank"], alpha=cfg["alpha"], batch=cfg["batch"],
+                                      accumulation=cfg["accumulation"])
+        result["memory"] = bench.part_memory(mem_args)
+    smol = load_smollm2("cpu")
+    train, test, examples = bench.training_examples(smol)
+    val = validation_split()
+    val_examples = [instruct.chat_example(smol, p, a) for p, a, _ in val]
+    result.update(n_train=len(train), n_test=len(test), n_val=len(val), val_prompts=[p for p, _, _ in val])
+    base = smol.model
+    result["base"] = evaluate(smol, test, val_examples, cfg)
+    print(f"# base: val loss {result['base']['val_loss']:.3f}, format {result['base']['format']:.2f}, "
+          f"prose ppl {result['base']['prose_ppl']:.2f}", flush=True)
+    save()
+
+    def run(method, lr, seed):
+        row, model = train_run(smol, base, method, lr, seed, examples, val_examples, cfg)
+        result["runs"].append(row)
+        save()
+        return row, model
+
+    chosen = {}
+    for method in METHODS:  # the grid, seed 0: only the validation loss; the chosen run is measured
+        fixed = getattr(args, f"grid_{method}")
+        lrs = sorted(fixed) if fixed else [CENTRE[method] / FACTOR, CENTRE[method], CENTRE[method] * FACTOR]
+        grid = {lr: run(method, lr, 0) for lr in lrs}
+
+        def best():
+            return min(grid, key=lambda lr: grid[lr][0]["val_loss"])
+
+        for _ in range(0 if fixed else MAX_EXTENSIONS):
+            if best() not in (min(grid), max(grid)) or len(grid) < 2:
+                break
+            new = best() / FACTOR if best() == min(grid) else best() * FACTOR
+            grid[new] = run(method, new, 0)
+        chosen[method] = best()
+        print(f"# {method}: grid {sorted(grid)}, chosen lr {chosen[method]:.2g}", flush=True)
+        measure(smol, grid[chosen[method]][1], grid[chosen[method]][0], test, cfg)
+        del grid
+        result["chosen_lr"] = dict(chosen)
+        save()
+    for seed in range(1, args.seeds):
+        for method in METHODS:
+            row, model = run(method, chosen[method], seed)
+            measure(smol, model, row, test, cfg)
+            del model
+            save()
+    save()
+    at = {m: [r for r in result["runs"] if r["method"] == m and "format" in r] for m in METHODS}
+    for key in ("format", "correct", "prose_ppl", "ordinary_json", "val_loss", "cpu_s_per_step"):
+        print(f"# {key:14s} " + ", ".join(f"{m} {statistics.mean(r[key] for r in at[m]):.3f}" for m in METHODS))
+    print(f"# total {time.process_time() - cpu0:.0f} CPU-s, {time.perf_counter() - wall0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
