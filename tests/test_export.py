@@ -63,6 +63,8 @@ def reference_attention(model, tokens: torch.Tensor) -> torch.Tensor:
         q = attn.q_proj(h).view(*h.shape[:2], attn.num_heads, d).transpose(1, 2)  # (B, H, L, d)
         k = attn.k_proj(h).view(*h.shape[:2], kv_heads, d).transpose(1, 2)  # (B, H_kv, L, d)
         k = k.repeat_interleave(attn.num_heads // kv_heads, dim=1)  # (B, H, L, d)
+        if getattr(attn, "q_norm", None) is not None:  # QK-norm: each head's query and key normalised first
+            q, k = attn.q_norm(q), attn.k_norm(k)
         if attn.rotary is not None:
             q, k = attn.rotary(q), attn.rotary(k)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d) + bias  # (B, H, L, L)
@@ -130,17 +132,21 @@ def test_the_file_carries_the_tokenizer_and_sizes(book_gpt, exported):
         assert again.encode(text) == tok.encode(text)
 
 
-CONFIGS = {  # every positional scheme, both norm placements, RMSNorm and SwiGLU
+# Every positional scheme, both norm placements, RMSNorm and SwiGLU, grouped-query attention, both
+# rotary layouts, QK-norm, latent attention, an untied head: each switch in at least one model,
+# combined so that each export (10-20 s of tracing) covers several (tests/test_config.py runs the
+# other tools over the same switches).
+CONFIGS = {
     "learned": dict(positional="learned"),
     "sinusoidal-post-ln": dict(positional="sinusoidal", norm_first=False),
-    "rope": dict(positional="rope"),
-    "rope-rms-swiglu": dict(positional="rope", norm="rms", activation="swiglu"),
-    "alibi": dict(positional="alibi"),
     "none": dict(positional="none"),
+    "alibi-rms-swiglu-post-ln-untied": dict(positional="alibi", norm="rms", activation="swiglu", bias=False,
+                                            norm_first=False, tie_weights=False),
+    "rope-qk-norm": dict(positional="rope", qk_norm=True),
+    "llama-switches": dict(positional="rope", num_heads=4, num_kv_heads=2, norm="rms", activation="swiglu",
+                           bias=False, rotary_style="halves", rope_base=100000.0),
+    "latent-attention": dict(positional="rope", attention="mla", kv_lora_rank=16, qk_rope_head_dim=4),
 }
-CONFIGS["rope-grouped-query"] = dict(positional="rope", num_heads=4, num_kv_heads=2)
-CONFIGS["llama-switches"] = dict(positional="rope", num_heads=4, num_kv_heads=2, norm="rms", activation="swiglu",
-                                 bias=False, rotary_style="halves", rope_base=100000.0)
 
 
 @pytest.fixture(scope="module")
@@ -151,30 +157,31 @@ def small_tokenizer():
 @torch.no_grad()
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_configuration_exports_and_equals_torch(small_tokenizer, tmp_path, name):
+    """Exported from training mode: the model comes back in training mode with its weights and no
+    hook left behind; through onnxruntime its logits and attention maps equal torch's."""
     tok = small_tokenizer
     torch.manual_seed(1)
     kwargs = dict(d_model=32, num_heads=2, num_layers=3, max_len=16) | CONFIGS[name]
-    model = tl.DecoderOnlyLM(len(tok), **kwargs).eval()
-    session = ort.InferenceSession(str(export_onnx(model, tmp_path / f"{name}.onnx", tok)))
+    model = tl.DecoderOnlyLM(len(tok), **kwargs).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / f"{name}.onnx", tok)),
+                                   providers=["CPUExecutionProvider"])
+    assert model.training is True
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(not point._forward_hooks for point in pattern_points(model)), "export left a hook behind"
+    model.eval()
     H = kwargs["num_heads"]
     for text in ["the", "the cat", "the dog sat on the log."]:
         tokens = torch.tensor([tok.encode(text)] * 2)  # (2, L): a batch
+        L = tokens.shape[1]
         logits, attention = run(session, tokens)
-        assert attention.shape == (2, 3, H, tokens.shape[1], tokens.shape[1])
+        assert attention.shape == (2, 3, H, L, L)
         torch.testing.assert_close(logits, model(tokens)[:, -1], rtol=0, atol=1e-4)
-        torch.testing.assert_close(attention, reference_attention(model, tokens), rtol=0, atol=1e-5)
-    assert model.training is False
-    assert all(not point._forward_hooks for point in pattern_points(model)), "export left a hook behind"
-
-
-def test_export_leaves_the_model_as_it_was(small_tokenizer, tmp_path):
-    tok = small_tokenizer
-    model = tl.DecoderOnlyLM(len(tok), d_model=16, num_heads=2, num_layers=1, max_len=8, positional="rope")
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    export_onnx(model.train(), tmp_path / "m.onnx", tok)
-    assert model.training is True
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert all(not point._forward_hooks for point in pattern_points(model))
+        if kwargs.get("attention") == "mla":  # its maps come from compressed keys: rows and mask only
+            torch.testing.assert_close(attention.sum(-1), torch.ones(2, 3, H, L), rtol=0, atol=1e-5)
+            assert not attention.masked_select(~torch.ones(L, L, dtype=torch.bool).tril()).any()  # nothing ahead
+        else:
+            torch.testing.assert_close(attention, reference_attention(model, tokens), rtol=0, atol=1e-5)
 
 
 def test_bad_input_is_named(book_gpt, tmp_path):
@@ -199,25 +206,6 @@ def test_bad_input_is_named(book_gpt, tmp_path):
         read_config(tmp_path / "none.onnx")
     with pytest.raises(TypeError, match="path"):
         read_config(None)
-
-
-@pytest.mark.parametrize("switches", [dict(positional="rope", qk_norm=True, num_kv_heads=2),
-                                      dict(positional="rope", attention="mla", kv_lora_rank=16, qk_rope_head_dim=4),
-                                      dict(positional="alibi", norm="rms", activation="swiglu", bias=False,
-                                           norm_first=False, tie_weights=False)])
-def test_switches_export_equal_to_torch(book_gpt, switches, tmp_path):
-    """The composition of switches with export (tests/test_config.py runs the other tools): QK-norm,
-    latent attention, Post-LN with ALiBi and an untied head, through onnxruntime equal to torch
-    (last-position logits, float32 summation order: 1e-4)."""
-    _, tok, _ = book_gpt
-    torch.manual_seed(0)
-    model = tl.DecoderOnlyLM(len(tok), 32, 4, 2, max_len=64, **switches).eval()
-    session = ort.InferenceSession(str(export_onnx(model, tmp_path / "m.onnx", tok)), providers=["CPUExecutionProvider"])
-    tokens = torch.randint(0, len(tok), (1, 12), generator=torch.Generator().manual_seed(1))
-    logits, attention = run(session, tokens)
-    with torch.no_grad():
-        torch.testing.assert_close(logits, model(tokens)[:, -1], atol=1e-4, rtol=1e-4)
-    assert attention.shape == (1, 2, 4, 12, 12)
 
 
 def test_a_mixture_of_experts_is_refused_by_name(book_gpt, tmp_path):
