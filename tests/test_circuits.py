@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import transformer_lib as tl
 from transformer_lib import circuits as C
+from transformer_lib.finetune import spearman
 from transformer_lib.pretrained.llama import LlamaConfig, llama_decoder
 
 ATOL = 1e-5
@@ -293,6 +294,74 @@ def test_normalized_score_maps_clean_to_one_and_corrupted_to_zero(value, corrupt
     assert abs(C.normalized_score(value, clean, corrupted) * gap - (value - corrupted)) < 1e-6 * (1 + abs(value))
 
 
+# -- attribution patching ---------------------------------------------------------------------
+
+def test_attribution_patching_is_exact_where_the_metric_is_linear_in_the_head(model):
+    """With the final norm removed and the last block's FFN silenced, the logit difference is a
+    linear function of the last block's head outputs (z @ W_O slice, then the unembedding), so the
+    first-order estimate equals the patched run exactly for those heads, and not for earlier ones
+    (their effect passes through later attention and norms)."""
+    clean, corrupted, right, wrong = _pair(seed=8, B=2, at=2)
+    model.norm = torch.nn.Identity()
+    last = len(model.blocks) - 1
+    with tl.probes.patch_activations(model, {f"blocks.{last}.hook_ffn_out": torch.zeros_like}):
+        atp = C.attribution_patching(model, clean, corrupted, right, wrong)
+        exact = C.patch_head_sweep(model, clean, corrupted, right, wrong)
+    assert atp["scores"].shape == (3, 4) and atp["per_pair"].shape == (2, 3, 4) and atp["layers"] == [0, 1, 2]
+    assert abs(atp["clean"] - exact["clean"]) < 1e-5 and abs(atp["corrupted"] - exact["corrupted"]) < 1e-5
+    assert torch.allclose(atp["scores"][last], exact["scores"][last], atol=1e-5)
+    assert torch.allclose(atp["per_pair"][:, last], exact["per_pair"][:, last], atol=1e-4)
+    assert not torch.allclose(atp["scores"][0], exact["scores"][0], atol=1e-3)
+
+
+def test_attribution_patching_is_the_derivative_along_the_patch(model):
+    """Each head's estimate is d/dt LD(z_corr + t (z_clean - z_corr)) at t = 0, checked by a
+    central finite difference in float64 on the unmodified model (every nonlinearity in place)."""
+    model = model.double()
+    clean, corrupted, right, wrong = _pair(seed=9, B=2, at=3)
+    atp = C.attribution_patching(model, clean, corrupted, right, wrong, layers=[0, 2])
+    assert atp["scores"].shape == (2, 4) and atp["layers"] == [0, 2]
+    gap = atp["clean"] - atp["corrupted"]
+    for j, (i, h) in enumerate([(0, 1), (2, 3)]):
+        name = f"blocks.{i}.hook_z"
+        with torch.no_grad(), tl.probes.record_activations(model, [name]) as seen:
+            model(clean)
+        z_clean = seen[name]
+        with torch.no_grad(), tl.probes.record_activations(model, [name]) as seen:
+            model(corrupted)
+        z_corr = seen[name]
+
+        def ld(t):
+            def move(z):
+                z = z.clone()
+                z[:, :, h] = z_corr[:, :, h] + t * (z_clean[:, :, h] - z_corr[:, :, h])
+                return z
+            with torch.no_grad(), tl.probes.patch_activations(model, {name: move}):
+                return float(C.logit_difference(model(corrupted), right, wrong).mean())
+        eps = 1e-4
+        slope = (ld(eps) - ld(-eps)) / (2 * eps)
+        assert abs(float(atp["scores"][j, h]) * gap - slope) < 1e-6 * (1 + abs(slope)), (i, h)
+
+
+def test_attribution_patching_leaves_no_gradients_and_refuses_bad_arguments(model):
+    clean, corrupted, right, wrong = _pair()
+    C.attribution_patching(model, clean, corrupted, right, wrong)
+    assert all(p.grad is None for p in model.parameters())
+    cases = [
+        (lambda: C.attribution_patching(model, clean, corrupted[:, :5], right, wrong), ValueError, "clean"),
+        (lambda: C.attribution_patching(model, clean, clean, right, wrong), ValueError, "clean and corrupted"),
+        (lambda: C.attribution_patching(model, clean, corrupted.float(), right, wrong), ValueError, "corrupted"),
+        (lambda: C.attribution_patching(model, clean, corrupted, [1], wrong), ValueError, "correct"),
+        (lambda: C.attribution_patching(model, clean, corrupted, right, [0, V]), ValueError, "wrong"),
+        (lambda: C.attribution_patching(model, clean, corrupted, right, wrong, layers=[3]), ValueError, "layers"),
+        (lambda: C.attribution_patching(model, clean, corrupted, right, wrong, layers=[]), ValueError, "layers"),
+        (lambda: C.attribution_patching(torch.nn.Linear(2, 2), clean, corrupted, right, wrong), ValueError, "model"),
+    ]
+    for call, kind, word in cases:
+        with pytest.raises(kind, match=word):
+            call()
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 def test_bad_inputs_raise_errors_naming_the_argument():
@@ -354,3 +423,16 @@ def test_on_smollm2_the_lens_ends_at_the_logits_and_attributions_add_up(smollm2)
     assert torch.allclose(d["heads"].sum(1), d["attn"], atol=1e-3)  # no bias in W^O
     assert (d["logit_difference"] > 0).all()  # the model gets both prompts right
     assert (C.logit_difference(smollm2.model(corrupted), right, wrong) < 0).all()
+
+
+def test_on_smollm2_attribution_patching_ranks_heads_like_patching(smollm2):
+    """On the chapter's model and task (2 of its prompt pairs, the 36 heads of four late blocks;
+    measured: rank correlation 0.95, 0.99 on 4 pairs and six blocks), the first-order estimates
+    rank the heads nearly as real patching does and agree on the strongest one."""
+    clean, corrupted, right, wrong = C.ioi_batch(smollm2.tokenizer, C.IOI_PROMPTS[:2])
+    layers = [17, 20, 23, 29]
+    atp = C.attribution_patching(smollm2.model, clean, corrupted, right, wrong, layers=layers)
+    exact = C.patch_head_sweep(smollm2.model, clean, corrupted, right, wrong, layers=layers)
+    assert abs(atp["clean"] - exact["clean"]) < 1e-3 and abs(atp["corrupted"] - exact["corrupted"]) < 1e-3
+    assert spearman(atp["scores"].flatten(), exact["scores"].flatten()) > 0.8
+    assert int(atp["scores"].argmax()) == int(exact["scores"].argmax())
