@@ -1,6 +1,11 @@
 """LoRA against full fine-tuning of SmolLM2-135M-Instruct on chapter 21's JSON-answer task, over seeds.
 
     OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python benchmarks/lora_vs_full.py          # about 25 CPU-min
+    # or the two methods side by side, then their union:
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python benchmarks/lora_vs_full.py --methods lora --part &
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python benchmarks/lora_vs_full.py --methods full --part --no-memory --no-base
+    .venv/bin/python benchmarks/lora_vs_full.py --job full 3e-05 2 &     # or any single run
+    .venv/bin/python benchmarks/lora_vs_full.py --merge
     .venv/bin/python benchmarks/lora_vs_full.py --steps 2 --seeds 1 --grid-lora 2e-3 \\
         --grid-full 3e-5 --no-memory --no-save                                         # a smoke run
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import sys
 import time
@@ -127,9 +133,26 @@ def main():
     ap.add_argument("--steps", type=int, default=None, help="default: the main run's (lora.json)")
     ap.add_argument("--grid-lora", type=float, nargs="+", default=None, help="fixed grid (no extension)")
     ap.add_argument("--grid-full", type=float, nargs="+", default=None, help="fixed grid (no extension)")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ap.add_argument("--chosen", type=float, nargs="+", default=None, metavar="LR",
+                    help="skip the grid: each method's rate as chosen by an earlier part (in --methods order)")
+    ap.add_argument("--seed-list", type=int, nargs="+", default=None, help="the seeds after 0 (default 1..seeds-1)")
+    ap.add_argument("--tag", default="", help="added to the part file's name")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-base", action="store_true", help="do not measure the untrained model")
+    ap.add_argument("--part", action="store_true", help="write lora_vs_full.<methods>.part.json, for --merge")
+    ap.add_argument("--merge", action="store_true", help="merge the .part.json files into lora_vs_full.json")
+    ap.add_argument("--job", nargs=3, metavar=("METHOD", "LR", "SEED"),
+                    help="one run, measured in full, as a part of its own (for running runs side by side)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
+    if args.job:
+        method, lr, seed = args.job
+        args.methods, args.chosen, args.seed_list = [method], [float(lr)], [int(seed)]
+        args.part, args.no_memory, args.no_base, args.tag = True, True, True, f"_{lr}_{seed}"
+    if args.merge:
+        merge_parts()
+        return
     torch.set_num_threads(1)
     cfg = dict(json.loads((RESULTS / "lora.json").read_text())["config"])
     if args.steps is not None:
@@ -143,7 +166,7 @@ def main():
         result["cpu_seconds"] = time.process_time() - cpu0
         result["wall_seconds"] = time.perf_counter() - wall0
         if not args.no_save:
-            write_results("lora_vs_full", result)
+            write_results(f"lora_vs_full.{'_'.join(args.methods)}{args.tag}.part" if args.part else "lora_vs_full", result)
 
     if not args.no_memory:  # first, before this process holds a model
         mem_args = argparse.Namespace(memory_steps=2, rank=cfg["rank"], alpha=cfg["alpha"], batch=cfg["batch"],
@@ -155,10 +178,11 @@ def main():
     val_examples = [instruct.chat_example(smol, p, a) for p, a, _ in val]
     result.update(n_train=len(train), n_test=len(test), n_val=len(val), val_prompts=[p for p, _, _ in val])
     base = smol.model
-    result["base"] = evaluate(smol, test, val_examples, cfg)
-    print(f"# base: val loss {result['base']['val_loss']:.3f}, format {result['base']['format']:.2f}, "
-          f"prose ppl {result['base']['prose_ppl']:.2f}", flush=True)
-    save()
+    if not args.no_base:
+        result["base"] = evaluate(smol, test, val_examples, cfg)
+        print(f"# base: val loss {result['base']['val_loss']:.3f}, format {result['base']['format']:.2f}, "
+              f"prose ppl {result['base']['prose_ppl']:.2f}", flush=True)
+        save()
 
     def run(method, lr, seed):
         row, model = train_run(smol, base, method, lr, seed, examples, val_examples, cfg)
@@ -166,8 +190,10 @@ def main():
         save()
         return row, model
 
-    chosen = {}
-    for method in METHODS:  # the grid, seed 0: only the validation loss; the chosen run is measured
+    chosen = dict(zip(args.methods, args.chosen or []))
+    if chosen:
+        result["chosen_lr"] = dict(chosen)
+    for method in [] if args.chosen else args.methods:  # the grid, seed 0: only the validation loss; the chosen run is measured
         fixed = getattr(args, f"grid_{method}")
         lrs = sorted(fixed) if fixed else [CENTRE[method] / FACTOR, CENTRE[method], CENTRE[method] * FACTOR]
         grid = {lr: run(method, lr, 0) for lr in lrs}
@@ -186,18 +212,61 @@ def main():
         del grid
         result["chosen_lr"] = dict(chosen)
         save()
-    for seed in range(1, args.seeds):
-        for method in METHODS:
+    for seed in args.seed_list or range(1, args.seeds):
+        for method in args.methods:
             row, model = run(method, chosen[method], seed)
             measure(smol, model, row, test, cfg)
             del model
             save()
     save()
-    at = {m: [r for r in result["runs"] if r["method"] == m and "format" in r] for m in METHODS}
-    for key in ("format", "correct", "prose_ppl", "ordinary_json", "val_loss", "cpu_s_per_step"):
-        print(f"# {key:14s} " + ", ".join(f"{m} {statistics.mean(r[key] for r in at[m]):.3f}" for m in METHODS))
+    summarize(result)
     print(f"# total {time.process_time() - cpu0:.0f} CPU-s, {time.perf_counter() - wall0:.0f} s")
 
 
-if __name__ == "__main__":
-    main()
+def summarize(result):
+    chosen = result.get("chosen_lr", {})
+    at = {m: [r for r in result["runs"] if r["method"] == m and "format" in r and r["lr"] == chosen.get(m, r["lr"])]
+          for m in METHODS}
+    for key in ("format", "correct", "prose_ppl", "ordinary_json", "val_loss", "cpu_s_per_step"):
+        print(f"# {key:14s} " + ", ".join(f"{m} {statistics.mean(r[key] for r in rows):.3f}"
+                                           for m, rows in at.items() if rows))
+
+
+def merge_parts():
+    """The runs can be spread over processes (``--methods lora --part``, ``--methods full --part
+    --no-memory --no-base``, ``--job METHOD LR SEED``); this writes their union as
+    ``lora_vs_full.json`` and removes the parts. The rule is applied here, to the union: each
+    method's chosen rate is the seed-0 run with the lowest validation loss, and the grid must hold
+    the three centre rates and, where the best is at an edge, the next rate out (else it stops).
+    A run found twice (a seed-0 grid run measured again) must have the same validation loss
+    (the runs are deterministic); the measured copy is kept. CPU seconds are summed, wall seconds
+    are the longest part's."""
+    paths = sorted(RESULTS.glob("lora_vs_full.*.part.json"))
+    parts = [json.loads(p.read_text()) for p in paths]
+    assert len({json.dumps(p["config"], sort_keys=True) for p in parts}) == 1, "the parts ran different configs"
+    result = {k: v for p in parts for k, v in p.items() if k not in ("machine", "runs", "chosen_lr")}
+    runs = {}
+    for r in (r for p in parts for r in p["runs"]):
+        key = (r["method"], r["lr"], r["seed"])
+        if key in runs:
+            assert abs(runs[key]["val_loss"] - r["val_loss"]) < 1e-6, f"{key} ran twice with different results"
+            r = {**runs[key], **r, "repeat_val_losses": [runs[key]["val_loss"], r["val_loss"]]}
+        runs[key] = r
+    result["runs"] = sorted(runs.values(), key=lambda r: (r["method"], r["seed"], r["lr"]))
+    chosen = {}
+    for m in METHODS:
+        grid = {r["lr"]: r["val_loss"] for r in result["runs"] if r["method"] == m and r["seed"] == 0}
+        centre = [CENTRE[m] / FACTOR, CENTRE[m], CENTRE[m] * FACTOR]
+        assert all(any(math.isclose(lr, c) for lr in grid) for c in centre), f"{m}: the grid is incomplete"
+        best = min(grid, key=grid.get)
+        assert best not in (min(grid), max(grid)), f"{m}: the best rate {best} is at the grid's edge: extend it"
+        chosen[m] = best
+    result["chosen_lr"] = chosen
+    result["cpu_seconds"] = sum(p["cpu_seconds"] for p in parts)
+    result["wall_seconds"] = max(p["wall_seconds"] for p in parts)
+    result["parts"] = {p_path.name: {"machine": p["machine"], "cpu_seconds": p["cpu_seconds"],
+                                     "wall_seconds": p["wall_seconds"]} for p_path, p in zip(paths, parts)}
+    write_results("lora_vs_full", result)
+    summarize(result)
+    for p in paths:
+        p.unlink()
