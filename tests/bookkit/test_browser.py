@@ -321,25 +321,30 @@ _SIDEWAYS_JS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", PAGES)
+def _fits_a_phone(name, page) -> None:
+    """390 px: the page body fits; anything wider (code, tables, display math) scrolls in its own
+    box, and a widget still switches its output when a control moves."""
+    fit = page.evaluate(_SIDEWAYS_JS)
+    assert fit["page"] <= fit["view"], f"{name}: the page is {fit['page']} px wide on a {fit['view']} px phone"
+    assert not fit["cut"], f"{name}: content wider than the phone outside a scroll box: {fit['cut']}"
+    widgets = page.locator(".tlib-widget")
+    if widgets.count():
+        w = widgets.first
+        w.scroll_into_view_if_needed()
+        before = _visible_panels(w)
+        assert _move_a_control(page, w), f"{name}: no control to move on the phone"
+        assert _visible_panels(w) != before, f"{name}: the widget did not respond on the phone"
+    if name.endswith(("00-how-to-use", "03-multi-head-attention")):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"phone-{Path(name).name}.png"), full_page=False)
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTER_PAGES])
 def test_phone_width_never_scrolls_sideways(browser, site, name):
-    """390 px: the page body fits; anything wider (code, tables, display math) scrolls in its own box,
-    and a widget still switches its output when a control moves."""
+    """The pages that are not chapters at 390 px (the chapters: on their load from disk below)."""
     page, log = open_page(browser, site, name, viewport=PHONE)
     try:
-        fit = page.evaluate(_SIDEWAYS_JS)
-        assert fit["page"] <= fit["view"], f"{name}: the page is {fit['page']} px wide on a {fit['view']} px phone"
-        assert not fit["cut"], f"{name}: content wider than the phone outside a scroll box: {fit['cut']}"
-        widgets = page.locator(".tlib-widget")
-        if widgets.count():
-            w = widgets.first
-            w.scroll_into_view_if_needed()
-            before = _visible_panels(w)
-            assert _move_a_control(page, w), f"{name}: no control to move on the phone"
-            assert _visible_panels(w) != before, f"{name}: the widget did not respond on the phone"
-        if name.endswith(("00-how-to-use", "03-multi-head-attention")):
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOTS / f"phone-{Path(name).name}.png"), full_page=False)
+        _fits_a_phone(name, page)
         assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
     finally:
         page.close()
@@ -429,15 +434,16 @@ _CONTRAST_JS = (Path(__file__).parent / "_contrast.js")
 
 
 @pytest.mark.parametrize("name", CHAPTER_PAGES)
-def test_from_disk_in_the_systems_dark_mode_loads_clean_and_keeps_aa_contrast(browser, disk, name):
+def test_from_disk_on_a_phone_in_dark_mode_loads_clean_fits_and_keeps_aa_contrast(browser, disk, name):
     """A chapter opened from a file:// URL (`make dist`'s "open html/index.html", as a reader opens
-    the unzipped bundle) with the system in dark mode: the book opens dark (no click); its math is
-    typeset, its figures shown, nothing asked for off the disk (``_loads_clean``); and widget
-    titles, labels, notes and printed text, code (comments included) and prose all reach 4.5:1
-    against the background they are drawn on. One load serves both checks (the other pages from
-    disk: test_every_page_works_opened_from_disk)."""
+    the unzipped bundle) on a 390 px phone with the system in dark mode: the book opens dark (no
+    click); its math is typeset, its figures shown, nothing asked for off the disk
+    (``_loads_clean``); widget titles, labels, notes and printed text, code (comments included) and
+    prose all reach 4.5:1 against the background they are drawn on; and the page fits the phone
+    (``_fits_a_phone``). One load serves the three checks (the desktop width: TestChapterOnDesktop;
+    the other pages from disk: test_every_page_works_opened_from_disk)."""
     root = disk
-    context = browser.new_context(color_scheme="dark", viewport=DESKTOP)
+    context = browser.new_context(color_scheme="dark", viewport=PHONE)
     page = context.new_page()
     log = PageLog(page, root)
     try:
@@ -451,6 +457,7 @@ def test_from_disk_in_the_systems_dark_mode_loads_clean_and_keeps_aa_contrast(br
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.locator(".tlib-widget").first.scroll_into_view_if_needed()
             page.screenshot(path=str(SCREENSHOTS / "dark-03-widget.png"), full_page=False)
+        _fits_a_phone(name, page)
         assert not log.problems, "\n".join(log.problems)
     finally:
         context.close()
@@ -471,7 +478,7 @@ def test_contrast_check_catches_low_contrast(browser):
 def test_every_page_works_opened_from_disk(browser, disk):
     """`make dist`'s promise, "open html/index.html": every page opened from a file:// URL (as a
     reader opens the unzipped bundle) typesets its math, shows its figures and asks for nothing
-    off the disk (the chapters: in test_from_disk_in_the_systems_dark_mode_loads_clean_and_keeps_aa_contrast,
+    off the disk (the chapters: in test_from_disk_on_a_phone_in_dark_mode_loads_clean_fits_and_keeps_aa_contrast,
     the same checks on the same load as the contrast's); the explainer's live model starts there
     too (its model and .wasm come from a script, since a browser refuses fetch() from a file:// page)."""
     root = disk
