@@ -142,6 +142,7 @@ def main():
     ap.add_argument("--no-base", action="store_true", help="do not measure the untrained model")
     ap.add_argument("--part", action="store_true", help="write lora_vs_full.<methods>.part.json, for --merge")
     ap.add_argument("--merge", action="store_true", help="merge the .part.json files into lora_vs_full.json")
+    ap.add_argument("--keep-parts", action="store_true", help="with --merge: keep the .part.json files")
     ap.add_argument("--job", nargs=3, metavar=("METHOD", "LR", "SEED"),
                     help="one run, measured in full, as a part of its own (for running runs side by side)")
     ap.add_argument("--no-save", action="store_true")
@@ -151,7 +152,7 @@ def main():
         args.methods, args.chosen, args.seed_list = [method], [float(lr)], [int(seed)]
         args.part, args.no_memory, args.no_base, args.tag = True, True, True, f"_{lr}_{seed}"
     if args.merge:
-        merge_parts()
+        merge_parts(keep=args.keep_parts)
         return
     torch.set_num_threads(1)
     cfg = dict(json.loads((RESULTS / "lora.json").read_text())["config"])
@@ -232,7 +233,7 @@ def summarize(result):
                                            for m, rows in at.items() if rows))
 
 
-def merge_parts():
+def merge_parts(keep=False):
     """The runs can be spread over processes (``--methods lora --part``, ``--methods full --part
     --no-memory --no-base``, ``--job METHOD LR SEED``); this writes their union as
     ``lora_vs_full.json`` and removes the parts. The rule is applied here, to the union: each
@@ -268,5 +269,9 @@ def merge_parts():
                                      "wall_seconds": p["wall_seconds"]} for p_path, p in zip(paths, parts)}
     write_results("lora_vs_full", result)
     summarize(result)
-    for p in paths:
+    for p in [] if keep else paths:
         p.unlink()
+
+
+if __name__ == "__main__":
+    main()
