@@ -22,9 +22,11 @@ Servers (``serving.scheduler``; each on fresh copies of the requests, in this or
 * static        - up to ``--batch`` (8) arrived requests decoded together to the end of the longest
                   (PaddedKVCache sized to the longest prompt + the largest output length), linear
                   layers on oneDNN-packed weights (``pack_linears``: rows of a step cost less);
-* continuous    - ``ContinuousBatcher``: up to ``--batch`` rows, prefill-first under a 512-token
-                  budget, a PagedKVCache of blocks of 16 positions allocated on demand (pre-empting
-                  the newest request if the pool runs out), ``pack_linears`` as static;
+* continuous    - ``ContinuousBatcher``: up to ``--batch`` rows, mixed steps (every running
+                  request's next token and the admitted prompts, in chunks under a 512-token
+                  budget, in one flattened forward pass: ``serving.varlen``), a PagedKVCache of
+                  blocks of 16 positions allocated on demand (pre-empting the newest request if
+                  the pool runs out), ``pack_linears`` as static;
 * transformers  - ``model.init_continuous_batching`` (the manager ``generate_batch`` runs), its
                   paged cache (pages of 16, 256 blocks, at most ``--batch`` requests and 512 tokens
                   per batch, SDPA attention), requests added at their arrival times.

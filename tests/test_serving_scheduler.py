@@ -54,15 +54,18 @@ def test_the_batch_changes_every_step_and_the_pool_empties(model):
                                 on_finish=lambda r: events.append(("done", r.id)))
     for i, (n, out) in enumerate(((3, 2), (5, 6), (4, 3))):
         batcher.submit(Request(i, list(range(1, n + 1)), out))
-    batcher.step()  # admits 0 and 1 (max_batch 2): prefill gives token 1, decode token 2: request 0 is done
+    batcher.step()  # admits 0 and 1 (max_batch 2): both prompts in one forward pass give token 1
+    assert [r.id for r in batcher.running] == [0, 1] and [len(r.tokens) for r in batcher.running] == [1, 1]
+    batcher.step()  # both decode token 2: request 0 is done
     assert [r.id for r in batcher.running] == [1] and [r.id for r in batcher.waiting] == [2]
     assert events == [("done", 0)]
-    batcher.step()  # request 2 joins the running batch while 1 is mid-way
-    assert sorted(r.id for r in batcher.running) == [1, 2]
+    batcher.step()  # request 2's prompt joins the forward pass of 1's next token, mid-way
+    assert sorted(r.id for r in batcher.running) == [1, 2] and [len(r.tokens) for r in batcher.running] == [3, 1]
     while batcher.busy():
         batcher.step()
     assert [e[1] for e in events] == [0, 2, 1] and batcher.cache.blocks_in_use() == 0 and batcher.reserved == 0
-    assert batcher.peak["paged_positions"] <= batcher.peak["contiguous_positions"]
+    # contiguous caches of exactly prompt + max_tokens here: the blocks hold at most one partly filled block more per row
+    assert batcher.peak["paged_positions"] <= batcher.peak["contiguous_positions"] + 2 * 4
 
 
 def test_prefill_budget_and_pool_reservations_limit_admission(model):
@@ -70,12 +73,29 @@ def test_prefill_budget_and_pool_reservations_limit_admission(model):
                                 allocation="reserve")
     for i in range(4):
         batcher.submit(Request(i, list(range(1, 7)), 6))  # 6 + 6 positions: 3 blocks reserved each
-    batcher.step()  # budget 10 admits one 6-token prompt; the pool (6 blocks) could hold two
-    assert [r.id for r in batcher.running] == [0]
+    batcher.step()  # budget 10: request 0's 6-token prompt whole, and a 4-token chunk of request 1's
+    assert [r.id for r in batcher.running] == [0, 1] and [len(r.tokens) for r in batcher.running] == [1, 0]
+    assert [batcher.cache.seq_lengths[i] for i in (0, 1)] == [6, 4]
+    batcher.step()  # 0 decodes, 1's last 2 prompt tokens give its first token
+    assert [len(r.tokens) for r in batcher.running] == [2, 1]
+    assert [r.id for r in batcher.running] == [0, 1] and len(batcher.waiting) == 2  # the pool is promised
+
+
+def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_beside_the_decoding_rows(model):
+    prompts = [list(range(1, 4)), [(7 * i) % V for i in range(1, 24)]]  # 3 and 23 tokens
+    batcher = ContinuousBatcher(model, max_batch=4, max_prefill_tokens=8, block_size=4, num_blocks=32)
+    requests = [Request(0, prompts[0], 8), Request(1, prompts[1], 4)]
+    batcher.submit(requests[0])
     batcher.step()
-    assert [r.id for r in batcher.running] == [0, 1]
-    batcher.step()  # the pool is promised: request 2 waits for a retirement
-    assert [r.id for r in batcher.running] == [0, 1] and len(batcher.waiting) == 2
+    batcher.submit(requests[1])
+    lengths = []
+    while not requests[1].tokens:  # request 1's prompt: chunks of 8, 8, 7 while 0 decodes
+        batcher.step()
+        lengths.append(batcher.cache.seq_lengths[1])
+    assert lengths == [8, 16, 23] and len(batcher.running[0].tokens) == 4
+    while batcher.busy():
+        batcher.step()
+    assert [r.tokens for r in requests] == [generate_ids(model, r.prompt, r.max_tokens) for r in requests]
 
 
 def test_on_demand_admits_what_fits_now_where_reserving_waits(model):

@@ -6,7 +6,8 @@ batch of rows reserves ``rows x (longest prompt + max new tokens)`` slots, and e
 or early stop leaves its share empty. A paged cache cuts memory into blocks of ``block_size``
 positions, like an operating system's pages:
 
-* a **pool** of ``num_blocks`` blocks per layer, one tensor (num_blocks * block_size, H_kv, d);
+* a **pool** of ``num_blocks`` blocks per layer, one tensor (H_kv, num_blocks * block_size, d) for
+  the keys and one for the values (slot s of a head's row holds one position);
 * a **block table** per sequence: its i-th block holds positions ``i * block_size ..`` (the
   position of slot s of logical block b is ``b * block_size + s``), so a sequence's blocks can lie
   anywhere in the pool;
@@ -19,7 +20,9 @@ positions, like an operating system's pages:
 
 Attention here *gathers* each row's blocks into a padded (B, H_kv, W, d) view through one index
 tensor, then runs the ordinary attention with the ragged mask (:mod:`.ragged`): the readable
-version. vLLM's kernel reads the blocks in place instead of copying them; the memory held is the
+version. The heads lead the pool's shape so that a gathered (H_kv, B, W, d) view is contiguous:
+attention's products then read it as it is, without copying it again.
+vLLM's kernel reads the blocks in place instead of copying them; the memory held is the
 same, and the outputs equal the contiguous cache's (tests/test_paged_cache.py).
 """
 from __future__ import annotations
@@ -58,7 +61,7 @@ class PagedKVCache(RaggedCache):
         super().__init__(num_layers)
         check_block_pool(num_blocks, block_size)
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.keys: list[torch.Tensor | None] = [None] * num_layers  # (num_blocks * block_size, H_kv, d) pools
+        self.keys: list[torch.Tensor | None] = [None] * num_layers  # (H_kv, num_blocks * block_size, d) pools
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.free_blocks = list(range(num_blocks - 1, -1, -1))  # a stack: block 0 is handed out first
         self.refs = [0] * num_blocks  # sequences holding each block
@@ -89,7 +92,7 @@ class PagedKVCache(RaggedCache):
         """Bytes of one block, keys and values, every layer (0 before the first write)."""
         if self.keys[0] is None:
             return 0
-        per_slot = sum((k.shape[1] * k.shape[2] + v.shape[1] * v.shape[2]) * k.element_size()
+        per_slot = sum((k.shape[0] * k.shape[2] + v.shape[0] * v.shape[2]) * k.element_size()
                        for k, v in zip(self.keys, self.values))
         return per_slot * self.block_size
 
@@ -148,21 +151,43 @@ class PagedKVCache(RaggedCache):
         will be written (copy-on-write), and build this step's write and read slot indices."""
         bs = self.block_size
         for seq in self.rows:
-            n, table = self.seq_lengths[seq], self.tables[seq]
-            for b in range(n // bs, blocks_needed(n + L, bs)):
-                if b == len(table):
-                    table.append(self._allocate())
-                elif self.refs[table[b]] > 1:  # shared with another sequence: copy before writing
-                    old, table[b] = table[b], self._allocate()
-                    for pool in (*self.keys, *self.values):
-                        if pool is not None:
-                            pool[table[b] * bs:(table[b] + 1) * bs] = pool[old * bs:(old + 1) * bs]
-                    self._release(old)
+            self.make_room(seq, L)
         positions = self.write_slots(L)  # (B, L)
         tables = self._table_tensor(blocks_needed(self.length + L, bs))  # (B, nb)
         self._slots = pool_slots(tables, positions, bs)  # (B, L) pool slots to write
         every = torch.arange(self.length + L).expand(len(self.rows), -1)  # (B, W + L) every position
         self._gather = pool_slots(tables, every, bs)  # (B, W + L) pool slots to read
+
+    def make_room(self, seq, n: int) -> None:
+        """Blocks for ``n`` more positions of ``seq``: missing ones allocated, shared ones that will
+        be written copied first (copy-on-write). Raises if the pool runs out."""
+        bs, length, table = self.block_size, self.seq_lengths[seq], self.tables[seq]
+        for b in range(length // bs, blocks_needed(length + n, bs)):
+            if b == len(table):
+                table.append(self._allocate())
+            elif self.refs[table[b]] > 1:  # shared with another sequence: copy before writing
+                old, table[b] = table[b], self._allocate()
+                for pool in (*self.keys, *self.values):
+                    if pool is not None:
+                        pool[:, table[b] * bs:(table[b] + 1) * bs] = pool[:, old * bs:(old + 1) * bs]
+                self._release(old)
+
+    def slots(self, seq, start: int, end: int, pad: bool = False) -> torch.Tensor:
+        """(end - start,) pool slots of ``seq``'s positions start .. end - 1 (its blocks must hold
+        them; with ``pad``, positions past its blocks read slots of block 0: padding, never attended)."""
+        table = torch.tensor(self.tables[seq], dtype=torch.long)
+        need = blocks_needed(end, self.block_size)
+        if pad and len(table) < need:
+            table = torch.cat([table, table.new_zeros(need - len(table))])
+        return pool_slots(table[None], torch.arange(start, end)[None], self.block_size)[0]
+
+    def pool(self, layer: int, heads: int, head_dim: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s key and value pools, (H_kv, num_blocks * block_size, d) each, made at
+        first use with ``like``'s dtype and device (the flattened step writes into them directly)."""
+        if self.keys[layer] is None:
+            self.keys[layer] = like.new_zeros(heads, self.num_blocks * self.block_size, head_dim)
+            self.values[layer] = like.new_zeros(heads, self.num_blocks * self.block_size, head_dim)
+        return self.keys[layer], self.values[layer]
 
     def _table_tensor(self, width: int) -> torch.Tensor:
         """(B, width) block tables of the rows, padded with block 0 (read, never attended to)."""
@@ -174,18 +199,16 @@ class PagedKVCache(RaggedCache):
 
     def _write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         B, H, L, d = k.shape
-        if self.keys[layer] is None:  # the pool, made once the heads and widths are known
-            self.keys[layer] = k.new_zeros(self.num_blocks * self.block_size, H, d)
-            self.values[layer] = v.new_zeros(self.num_blocks * self.block_size, H, v.shape[3])
+        keys, values = self.pool(layer, H, d, k)
         slots = self._slots.reshape(-1).to(k.device)  # (B * L,)
-        self.keys[layer].index_copy_(0, slots, k.transpose(1, 2).reshape(B * L, H, d))  # (B, H, L, d) -> (B * L, H, d)
-        self.values[layer].index_copy_(0, slots, v.transpose(1, 2).reshape(B * L, H, v.shape[3]))
+        keys.index_copy_(1, slots, k.transpose(0, 1).reshape(H, B * L, d))  # (B, H, L, d) -> (H, B * L, d)
+        values.index_copy_(1, slots, v.transpose(0, 1).reshape(H, B * L, d))
 
     def _read(self, layer: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         index = self._gather.to(self.keys[layer].device)  # (B, W + L)
         B, W = index.shape
-        k, v = (pool.index_select(0, index.reshape(-1)).view(B, W, *pool.shape[1:]).transpose(1, 2)
-                for pool in (self.keys[layer], self.values[layer]))  # (B * W, H, d) -> (B, H, W, d)
+        k, v = (pool.index_select(1, index.reshape(-1)).view(pool.shape[0], B, W, pool.shape[2]).transpose(0, 1)
+                for pool in (self.keys[layer], self.values[layer]))  # (H, B * W, d) -> (B, H, W, d)
         return k, v
 
     def __repr__(self) -> str:

@@ -3,27 +3,35 @@ retires finished ones (chapter 28; Orca, Yu et al. 2022; vLLM, Kwon et al. 2023)
 
 Static batching runs a batch until its longest request ends: rows that finished early idle, and
 a request that arrives meanwhile waits for the whole batch. A continuous batcher decides again
-at every step (*iteration-level scheduling*). Its policy here, stated once:
+at every step (*iteration-level scheduling*). Its policy here (``policy="mixed"``), stated once:
 
 1. **admit** waiting requests in arrival order while the batch has fewer than ``max_batch`` rows,
-   the step's prefill budget (``max_prefill_tokens`` prompt tokens; the first one always fits)
-   lasts, and the block pool has room for the request's prompt now (``allocation="on-demand"``,
-   vLLM's way: blocks are taken only as tokens are written) or for the request at its longest,
-   prompt + ``max_tokens`` positions (``allocation="reserve"``: promised, never pre-empted);
-2. **prefill** each admitted prompt, one forward pass each (a prompt's tokens are already many
-   rows: compute-bound), which gives its first token;
-3. **pre-empt** if the decode step needs more blocks than the pool has free (on-demand only): the
+   the step's prompt budget (``max_prefill_tokens`` prompt tokens per step) has tokens left, and
+   the block pool has room for the request's prompt and first token now, after what the running
+   requests still need (``allocation="on-demand"``, vLLM's way: blocks are taken only as tokens
+   are written) or for the request at its longest, prompt + ``max_tokens`` positions
+   (``allocation="reserve"``: promised, never pre-empted);
+2. **plan one forward pass** holding every running request's next tokens: one token for each
+   request that is decoding, and for each request still prefilling the next *chunk* of its prompt,
+   as much of the budget as the requests admitted before it left (a prompt longer than the budget
+   is prefilled over several steps: Sarathi-Serve's chunked prefill, Agrawal et al. 2024);
+3. **pre-empt** if the step's tokens need more blocks than the pool has free (on-demand only): the
    newest running request gives all its blocks back and returns to the front of the queue; when
    it is admitted again its prompt *and the tokens it already produced* are prefilled again
    (vLLM's recompute pre-emption), which gives its next token, the same one it would have decoded;
-4. **decode** one token for every running request in one forward pass of B rows (each row its own
-   length, positions and mask: :mod:`.ragged`), through a :class:`~.paged_cache.PagedKVCache`;
+4. **run the step**: the planned tokens of every request laid end to end in one forward pass
+   (:func:`~.varlen.varlen_forward`: each weight read once for decoding rows and prompt chunks
+   together, the keys and values written to a :class:`~.paged_cache.PagedKVCache`); a request
+   whose pending tokens were all fed gets its next token (a prompt's last chunk: its first);
 5. **retire** requests that reached ``max_tokens`` or ``eos_id``: their blocks go back to the pool.
 
-Prefill first, under a budget: a new request gets its first token at the next step (short time
-to first token), and the budget bounds how long the running requests' next token waits behind
-prefills (time per output token). :func:`serve_one_at_a_time` and :func:`serve_static` are the two
-baselines, on the same arrivals and the same clock.
+Why mixed: decoding a few rows is memory-bound (every weight read for a handful of tokens), a
+prompt is compute-bound (every weight used for many tokens). In one forward pass the decoding rows
+ride on the prompt's weight reads nearly free, and the running requests never wait a separate
+forward pass per newcomer; the budget bounds how long a step with prompts in it can take (time
+per output token), and a newcomer still gets its first token within a step or a few (time to
+first token). :func:`serve_one_at_a_time` and :func:`serve_static` are the two baselines, on the
+same arrivals and the same clock.
 """
 from __future__ import annotations
 
@@ -38,12 +46,13 @@ from ..logit_filters import sample_next
 from .batching import PaddedKVCache, pad_prompts
 from .packed_linear import PackedLinears
 from .paged_cache import PagedKVCache, blocks_needed
+from .varlen import check_varlen_model, varlen_forward
 from .workload import Request
 
 __all__ = ["ContinuousBatcher", "serve_one_at_a_time", "serve_static", "serve_continuous", "POLICIES",
            "ALLOCATIONS"]
 
-POLICIES = ("prefill-first",)
+POLICIES = ("mixed",)
 ALLOCATIONS = ("on-demand", "reserve")
 
 
@@ -76,10 +85,11 @@ class ContinuousBatcher:
     cost closer to one row, for a second copy of the weights in memory)."""
 
     def __init__(self, model, max_batch: int = 8, max_prefill_tokens: int = 512, block_size: int = 16,
-                 num_blocks: int = 256, eos_id: int | None = None, policy: str = "prefill-first",
+                 num_blocks: int = 256, eos_id: int | None = None, policy: str = "mixed",
                  clock=time.perf_counter, on_token=None, on_finish=None, allocation: str = "on-demand",
                  reserve_tokens: int | None = None, pack_linears: bool = False):
         check_scheduler_args(max_batch, max_prefill_tokens, policy, POLICIES)
+        check_varlen_model(model)
         if allocation not in ALLOCATIONS:
             raise ValueError(f"allocation: expected one of {ALLOCATIONS}, got {allocation!r}")
         if reserve_tokens is not None:
@@ -101,7 +111,7 @@ class ContinuousBatcher:
         self.device = next(model.parameters()).device
         # memory over the run, in cache positions: blocks held, real tokens, and what contiguous
         # caches reserving each running request's longest length would hold; the peak over the
-        # decode steps and the sum (the mean is sum / decode_steps)
+        # steps (forward passes; the key keeps its old name, decode_steps) and the sum (the mean is sum / decode_steps)
         self.peak = {"paged_positions": 0, "real_positions": 0, "contiguous_positions": 0}
         self.total = {"paged_positions": 0, "real_positions": 0, "contiguous_positions": 0, "decode_steps": 0}
 
@@ -154,79 +164,97 @@ class ContinuousBatcher:
             self.cancelled = set()
 
     def _context(self, r: Request) -> list[int]:
-        """What a prefill of ``r`` computes: its prompt and the tokens it produced before a pre-emption."""
+        """What ``r``'s cache must hold before its next token: its prompt and the tokens it
+        produced (all but the last are cached while it decodes; all of them after a pre-emption)."""
         return r.prompt + r.tokens
 
-    def _growth(self) -> int:
-        """Blocks the running requests' next decode step needs: one for each whose blocks are full."""
-        bs = self.cache.block_size
-        return sum(1 for r in self.running if self.cache.seq_lengths[r.id] % bs == 0)
+    def _pending(self, r: Request) -> list[int]:
+        """The tokens of ``r`` not yet in the cache: its last token while it decodes, the rest of
+        its prompt (and of its earlier tokens, after a pre-emption) while it prefills."""
+        return self._context(r)[self.cache.seq_lengths[r.id]:]
 
-    def _admit(self) -> list[Request]:
-        admitted, budget = [], self.max_prefill_tokens
-        free = len(self.cache.free_blocks) - self._growth()  # on-demand: room now, the next decode step's kept
-        while self.waiting and len(self.running) + len(admitted) < self.max_batch:
+    def _owed(self, r: Request) -> int:
+        """Blocks ``r`` still needs for its pending tokens and the token after them."""
+        return max(0, blocks_needed(len(self._context(r)) + 1, self.cache.block_size) - len(self.cache.tables[r.id]))
+
+    def _plan(self) -> list[tuple[Request, list[int]]]:
+        """This step's tokens per running request, in order of admission: a decoding request's
+        one token; a prefilling request's next chunk, as much of the prompt budget as is left."""
+        plan, budget = [], self.max_prefill_tokens
+        for r in self.running:
+            pending = self._pending(r)
+            if len(pending) > 1:  # prefilling: a chunk of the budget, or nothing this step
+                pending = pending[:budget]
+                budget -= len(pending)
+            if pending:
+                plan.append((r, pending))
+        return plan
+
+    def _admit(self) -> None:
+        """Admit waiting requests while rows, the step's prompt budget and the pool allow."""
+        budget = self.max_prefill_tokens - sum(len(p) for r, p in self._plan() if len(p) > 1)
+        free = len(self.cache.free_blocks) - sum(self._owed(r) for r in self.running)  # on-demand: room left
+        while self.waiting and len(self.running) < self.max_batch and budget > 0:
             r = self.waiting[0]
             tokens = len(self._context(r))
-            if admitted and tokens > budget:
-                break
             if self.allocation == "reserve":
                 need = self.capacity_for(r)
                 if self.reserved + need > self.cache.num_blocks:
                     break
                 self.reserved += need
             else:
-                need = blocks_needed(tokens + 1, self.cache.block_size)  # its context and its first decode
+                need = blocks_needed(tokens + 1, self.cache.block_size)  # its context and its next token
                 if need > free:
                     break
                 free -= need
             self.waiting.popleft()
             budget -= tokens
-            admitted.append(r)
-        return admitted
+            self.cache.add_sequence(r.id)
+            if r.temperature > 0 and r.id not in self._generators:
+                self._generators[r.id] = _generator(r)
+            self.running.append(r)
 
-    def _preempt(self) -> None:
-        """Free blocks for the decode step (on-demand): while the running requests need more new
-        blocks than the pool has, the newest one (``running`` is in order of admission) gives its
-        blocks back and waits at the front of the queue, its tokens so far kept (they are
+    def _step_blocks(self, plan) -> int:
+        """New blocks the step's tokens take (no blocks are shared between a batcher's requests)."""
+        bs = self.cache.block_size
+        return sum(blocks_needed(self.cache.seq_lengths[r.id] + len(p), bs) - len(self.cache.tables[r.id])
+                   for r, p in plan)
+
+    def _preempt(self) -> list[tuple[Request, list[int]]]:
+        """The step's plan, after freeing blocks for it (on-demand): while its tokens need more new
+        blocks than the pool has, the newest request (``running`` is in order of admission) gives
+        its blocks back and waits at the front of the queue, its tokens so far kept (they are
         prefilled again when it returns)."""
-        while self._growth() > len(self.cache.free_blocks) and len(self.running) > 1:
+        plan = self._plan()
+        while self._step_blocks(plan) > len(self.cache.free_blocks) and len(self.running) > 1:
             victim = self.running.pop()
             self.cache.free(victim.id)
             self.waiting.appendleft(victim)
             self.preemptions += 1
+            plan = self._plan()
+        return plan
 
     @torch.no_grad()
     def step(self) -> None:
-        """One iteration: drop cancelled requests, admit and prefill, decode every running row, retire."""
+        """One iteration: drop cancelled requests, admit, then one forward pass of every running
+        request's next tokens (decoding rows and prompt chunks together); emit and retire."""
         with self.packs:
             self._step()
 
     def _step(self) -> None:
         self._drop_cancelled()
-        for r in self._admit():  # prefill, one prompt (and the tokens of a pre-empted request) per forward pass
-            self.cache.add_sequence(r.id)
-            self.cache.select([r.id])
-            if r.temperature > 0 and r.id not in self._generators:
-                self._generators[r.id] = _generator(r)
-            prompt = torch.tensor([self._context(r)], device=self.device)  # (1, L)
-            logits = self.model(prompt, cache=self.cache)[:, -1].float()  # (1, V)
-            self.running.append(r)
-            self._emit(r, _pick(logits, [r], self._generators)[0])
+        self._admit()
+        plan = self._preempt()
+        if not plan:
+            return
+        logits = varlen_forward(self.model, self.cache, [r.id for r, _ in plan], [p for _, p in plan])  # (S, V)
+        self._measure()
+        ready = [i for i, (r, _) in enumerate(plan) if not self._pending(r)]  # every pending token fed
+        rows = [plan[i][0] for i in ready]
+        for r, token in zip(rows, _pick(logits[ready], rows, self._generators)):
+            self._emit(r, token)
             if self._done(r):
                 self._retire(r)
-        if self.allocation == "on-demand":
-            self._preempt()
-        rows = list(self.running)
-        if rows:  # decode: one token for every running request, one forward pass
-            self.cache.select([r.id for r in rows])
-            last = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)  # (B, 1)
-            logits = self.model(last, cache=self.cache)[:, -1].float()  # (B, V)
-            self._measure()
-            for r, token in zip(rows, _pick(logits, rows, self._generators)):
-                self._emit(r, token)
-                if self._done(r):
-                    self._retire(r)
 
     def _measure(self) -> None:
         bs = self.cache.block_size
@@ -256,7 +284,7 @@ class ContinuousBatcher:
 
 def serve_continuous(model, requests: list[Request], **options) -> tuple[float, dict]:
     """Continuous batching of ``requests`` (fresh copies are served, filled in place): (wall
-    seconds, memory in cache positions: the peaks over the decode steps, their means under
+    seconds, memory in cache positions: the peaks over the steps, their means under
     ``"mean"``, and the number of pre-emptions)."""
     batcher = ContinuousBatcher(model, **options)
     seconds = batcher.run(requests)
