@@ -3,6 +3,7 @@
     python benchmarks/rnn_vs_transformer.py                      # width 512, batch 8, n = 64..4096
     python benchmarks/rnn_vs_transformer.py --device cuda --lengths 64 256 1024 4096 16384
     python benchmarks/rnn_vs_transformer.py --backward           # forward + backward (training step)
+    python benchmarks/rnn_vs_transformer.py --cpu-time           # CPU time of one thread (a busy machine)
 
 The chapter "RNN vs Transformer" runs the same sweep at a smaller size (width 256, n <= 1024) to
 stay within its time budget; this script is the larger table. Each entry is the fastest of
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024, 4096])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backward", action="store_true", help="time forward + backward instead of forward only")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="CPU time of one thread (time_call(cpu_time=True)): waiting for a core does not count")
     args = parser.parse_args(argv)
 
     device = tl.get_device(args.device)
@@ -69,14 +72,16 @@ def main(argv=None) -> int:
         x = torch.randn(args.batch, n, args.width, device=device, requires_grad=args.backward)
         for layer in layers.values():  # warm-up
             run(layer, x, args.backward)
-        times = {k: float("inf") for k in layers}
+        rounds = {k: [] for k in layers}
         for _ in range(args.repeats):  # round-robin, so a burst of load elsewhere hits every layer alike
             for k, layer in layers.items():
-                times[k] = min(times[k], time_call(run, layer, x, args.backward, repeats=1, warmup=0, device=device))
+                rounds[k].append(time_call(run, layer, x, args.backward, repeats=1, warmup=0, device=device,
+                                           cpu_time=args.cpu_time))
+        times = {k: min(ts) for k, ts in rounds.items()}
         ratio = times["TransformerBlock"] / times["nn.RNN"]
         verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster"
         print(f"{n:>6} | " + " | ".join(f"{t * 1e3:>19.2f} ms" for t in times.values()) + f" | {verdict:>22}", flush=True)
-        rows.append({"n": n, "seconds": times, "encoder_over_rnn": ratio})
+        rows.append({"n": n, "seconds": times, "encoder_over_rnn": ratio, "rounds": rounds})
 
     print("\n# critical path (dependent operations dispatched, trace_ops; width-independent)")
     small = build_layers(16, 4, device)
@@ -87,7 +92,8 @@ def main(argv=None) -> int:
         next(r for r in rows if r["n"] == n)["critical_path"] = depths
     if device.type == "cpu" and not args.backward:
         write_results("rnn_vs_transformer", {"what": what, "width": args.width, "heads": args.heads,
-                                             "batch": args.batch, "repeats": args.repeats, "rows": rows})
+                                             "batch": args.batch, "repeats": args.repeats,
+                                             "clock": "cpu_1thread" if args.cpu_time else "wall", "rows": rows})
     return 0
 
 
