@@ -27,6 +27,7 @@ from scipy import stats
 
 from transformer_lib import DecoderOnlyLM
 from transformer_lib.quantization import quantize
+from transformer_lib.serving.packed_linear import PackedLinears
 from transformer_lib.sampling import generate
 from transformer_lib.speculative import (ModelDraft, PromptLookup, acceptance_probability, expected_speedup,
                                          expected_tokens, residual_distribution, shallow_exit,
@@ -229,6 +230,54 @@ def test_greedy_equals_generate(name, seed, k, length, repeat):
         assert out.accepted <= out.proposed and out.target_calls <= 16
 
 
+@pytest.mark.parametrize("name", ["rope", "llama"])
+def test_greedy_equals_generate_with_each_lookup_rule_and_packed_passes(name):
+    """The rules that make prompt lookup propose less (a longer shortest match, backing off after
+    misses) and the target's passes on packed weights (built for the call, or reused) leave the ids
+    generate's, on every prompt tried: random ones, and ones that repeat themselves (the lookup then
+    proposes, is sometimes right and sometimes wrong, so it backs off and comes back)."""
+    target = _lm(0, **TARGETS[name])
+    packs = PackedLinears(target)
+    rules = [dict(min_ngram=2), dict(max_misses=1), dict(min_ngram=2, max_misses=1), dict(max_ngram=4, min_ngram=2,
+                                                                                         max_misses=2)]
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(0, 41, (1, 1 + seed), generator=g)
+        if seed % 2:
+            prompt = prompt.repeat(1, 3)
+        want = generate(target, prompt, 20)
+        for rule in rules:
+            lookup = PromptLookup(**rule)  # one instance over every k: a new text starts it afresh
+            for k, pack in ((1, packs), (3, False), (3, packs), (6, True)):
+                out = speculative_generate(target, lookup, prompt, 20, k=k, pack_linears=pack)
+                assert torch.equal(out.tokens, want), (rule, k, pack)
+    assert all(type(m) is torch.nn.Linear for m in target.modules() if isinstance(m, torch.nn.Linear))  # unpacked after
+
+
+def test_prompt_lookup_backs_off_after_misses_and_comes_back_after_a_hit():
+    lookup = PromptLookup(max_ngram=2, min_ngram=1, max_misses=2)
+    text = [1, 2, 3, 9, 2, 3, 8, 5]  # ends in 5: no match of 2; the 1-gram 5 does not recur
+    assert lookup.propose(torch.tensor(text), 3)[0].numel() == 0
+    text += [3]  # "3" recurs (a 1-gram; "5 3" does not): proposes what followed the latest 3
+    assert lookup.propose(torch.tensor(text), 3)[0].tolist() == [8, 5, 3]
+    text += [4]  # the target did not keep 8: a miss (1 of 2), learnt at the next call; "3 4", "4" do not recur
+    assert lookup.propose(torch.tensor(text), 3)[0].numel() == 0 and lookup.misses == 1
+    text += [2]  # "4 2" does not recur, "2" does: proposes 3, 8, 5
+    assert lookup.propose(torch.tensor(text), 3)[0].tolist() == [3, 8, 5] and lookup.misses == 1
+    text += [7]  # a second miss in a row: from now on only matches of max_ngram = 2 tokens propose
+    assert lookup.propose(torch.tensor(text), 3)[0].numel() == 0 and lookup.misses == 2
+    text += [2]  # "7 2" does not recur; the 1-gram "2" would, but it is too short after two misses
+    assert lookup.propose(torch.tensor(text), 3)[0].numel() == 0
+    text += [3]  # "2 3" recurs (a 2-gram): proposes, and the target keeps its first token
+    assert lookup.propose(torch.tensor(text), 3)[0].tolist() == [8, 5, 3]
+    text += [8]
+    assert lookup.propose(torch.tensor(text), 3)[0].tolist() == [5, 3, 4] and lookup.misses == 0
+    lookup.propose(torch.tensor([6, 6]), 3)  # another text: starts afresh
+    assert lookup.misses == 0
+    plain = PromptLookup()  # the default: every match proposes, no state kept
+    assert plain.max_misses is None and plain.propose(torch.tensor(text), 2)[0].tolist() == [5, 3]
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 def test_greedy_equals_generate_on_quantized_targets(bits):
     """generate runs the fused one-token step; verification runs the modules over k + 1 tokens (and
@@ -239,8 +288,9 @@ def test_greedy_equals_generate_on_quantized_targets(bits):
     for seed in range(4):
         prompt = torch.randint(0, 41, (1, 6), generator=torch.Generator().manual_seed(seed))
         want = generate(target, prompt, 24)
-        for d in (draft, PromptLookup()):
-            assert torch.equal(speculative_generate(target, d, prompt, 24, k=3).tokens, want)
+        for d in (draft, PromptLookup(), PromptLookup(min_ngram=2, max_misses=1)):
+            for pack in (False, True):  # nothing to pack: quantized layers run their own kernel
+                assert torch.equal(speculative_generate(target, d, prompt, 24, k=3, pack_linears=pack).tokens, want)
 
 
 def test_eos_and_budget_end_like_generate():
@@ -294,9 +344,15 @@ def test_smollm2_greedy_equals_generate(smollm2):
     text = "Repeat after me: the quick brown fox jumps over the lazy dog."
     ids = lm.prompt_ids([{"role": "user", "content": text}])[None]
     want = generate(lm.model, ids, 16, eos_id=lm.eos_id)
+    packs = PackedLinears(lm.model)
     for draft, k in ((PromptLookup(), 4), (ModelDraft(shallow_exit(lm.model, 26)), 2)):
         out = speculative_generate(lm.model, draft, ids, 16, k=k, eos_id=lm.eos_id)
         assert torch.equal(out.tokens, want), type(draft).__name__
+    for rule in (dict(), dict(min_ngram=2), dict(min_ngram=2, max_misses=1)):
+        for k in (2, 8):
+            out = speculative_generate(lm.model, PromptLookup(**rule), ids, 16, k=k, eos_id=lm.eos_id,
+                                       pack_linears=packs)
+            assert torch.equal(out.tokens, want), (rule, k)
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -339,6 +395,14 @@ def test_bad_arguments_name_themselves():
         residual_distribution([0.5, 0.5], torch.tensor([0.5, 0.5]))
     with pytest.raises(ValueError, match="min_ngram"):
         PromptLookup(max_ngram=2, min_ngram=3)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_misses"):
+            PromptLookup(max_misses=bad)
+    with pytest.raises(TypeError, match="max_misses"):
+        PromptLookup(max_misses="2")
+    for bad in ("yes", 1, None, PackedLinears(_lm(1, positional="rope"))):
+        with pytest.raises(ValueError, match="pack_linears"):
+            speculative_generate(target, PromptLookup(), prompt, 4, pack_linears=bad)
     with pytest.raises(ValueError, match="num_layers"):
         shallow_exit(target, 4)
     with pytest.raises(TypeError, match="DecoderOnlyLM"):

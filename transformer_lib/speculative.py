@@ -23,16 +23,24 @@ a deterministic draft):
 
 * :class:`PromptLookup` (prompt lookup decoding, Saxena 2023): the tokens that followed the latest
   earlier occurrence of the text's last n-gram. Free to run, and often right where an answer copies
-  its prompt (summaries, edits, quotes) or a greedy model repeats itself; silent elsewhere.
+  its prompt (summaries, edits, quotes) or a greedy model repeats itself; silent elsewhere. Its
+  ``min_ngram`` and ``max_misses`` keep it from proposing where it is rarely right (a one-token
+  match; after proposals the target rejected), since every proposal costs a pass over it.
 * :class:`ModelDraft`: a smaller decoder with the same vocabulary and its own KV cache, such as a
   :func:`shallow_exit` of the target (its first blocks, its final norm and head: no new weights)
   or a quantized copy of the target (chapter 19).
+
+On a CPU a pass over a few tokens through torch's default float32 kernel costs nearly two
+one-token steps; ``speculative_generate(..., pack_linears=...)`` runs the target's passes on
+oneDNN-packed weights (:mod:`~transformer_lib.serving.packed_linear`), which cost less for a few
+rows.
 
 Rejected tokens leave both caches by :meth:`~transformer_lib.kv_cache.KVCache.truncate`: the
 buffers stay, and the next pass overwrites the rejected positions.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -109,23 +117,64 @@ class PromptLookup:
     """Prompt lookup decoding: find the latest earlier place where the text's last ``n`` tokens
     occurred (``n`` from ``max_ngram`` down to ``min_ngram``) and propose the up-to-k tokens that
     followed them there. No model, so no cost beyond a search, and a point mass as q (it is
-    deterministic). It proposes nothing when no n-gram recurs; the step is then an ordinary one."""
+    deterministic). It proposes nothing when no n-gram recurs; the step is then an ordinary one.
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    A proposal is not free: the target's pass over it costs more than its one-token step, so a
+    proposal the target rejects at once makes that token dearer than ordinary decoding. Two rules
+    keep it from proposing where that is likely (the defaults keep neither: every match proposes):
+
+    * ``min_ngram``: the shortest match that proposes. A match of one token (a common word seen
+      before) predicts the next token badly outside a copied text; two or three tokens much better.
+    * ``max_misses``: after that many proposals in a row of which the target kept nothing, propose
+      only from matches of ``max_ngram`` tokens, until a proposal has a token kept (then back to
+      ``min_ngram``). None: never back off. The draft learns what was kept from the text it is
+      given next (its own last proposal against what followed), so one instance follows one text
+      at a time; a text that does not continue the last one starts afresh.
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_misses: int | None = None):
         check_ngram_sizes(max_ngram, min_ngram)
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        if max_misses is not None:
+            check_int("max_misses", max_misses, 1)
+        self.max_ngram, self.min_ngram, self.max_misses = max_ngram, min_ngram, max_misses
+        self.misses = 0  # proposals in a row of which nothing was kept
+        self._last = None  # (the text it was given, its proposal) at the last call
+
+    def _learn(self, tokens: torch.Tensor) -> None:
+        """Count the last proposal as a miss (nothing kept) or a hit, from the text that followed it."""
+        if self._last is None:
+            return
+        text, proposal = self._last
+        L = text.numel()
+        if tokens.numel() <= L or not torch.equal(tokens[:L], text):  # another text: start afresh
+            self.misses = 0
+        elif proposal.numel():
+            self.misses = 0 if int(tokens[L]) == int(proposal[0]) else self.misses + 1
 
     def propose(self, tokens: torch.Tensor, k: int, generator=None, temperature: float = 0.0,
                 top_k=None, top_p=None) -> tuple[torch.Tensor, None]:
         """``tokens`` (L,) the text so far -> (up to k ids, None)."""
+        if self.max_misses is not None:
+            self._learn(tokens)
+        shortest = self.max_ngram if self.max_misses is not None and self.misses >= self.max_misses else self.min_ngram
+        proposal = self.lookup(tokens, k, shortest)
+        if self.max_misses is not None:
+            self._last = (tokens.clone(), proposal)
+        return proposal, None
+
+    def lookup(self, tokens: torch.Tensor, k: int, shortest: int | None = None) -> torch.Tensor:
+        """The up-to-k ids that followed the latest earlier occurrence of the longest recurring
+        suffix of ``tokens`` (L,) of ``max_ngram`` down to ``shortest`` (``min_ngram``) tokens; no
+        ids when none recurs."""
         L = tokens.numel()
-        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+        shortest = self.min_ngram if shortest is None else shortest
+        for n in range(min(self.max_ngram, L - 1), shortest - 1, -1):
             windows = tokens.unfold(0, n, 1)[:-1]  # (L - n, n): every earlier n-gram, the suffix left out
             starts = (windows == tokens[-n:]).all(dim=1).nonzero()[:, 0]  # where the last n tokens occurred
             if starts.numel():
                 start = int(starts[-1]) + n  # the latest occurrence: what followed it
-                return tokens[start:start + k].clone(), None
-        return tokens.new_empty(0), None
+                return tokens[start:start + k].clone()
+        return tokens.new_empty(0)
 
 
 class ModelDraft:
@@ -211,7 +260,7 @@ class Speculation:
 def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new_tokens: int, k: int = 4,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, generator: torch.Generator | None = None,
-                         eos_id: int | None = None) -> Speculation:
+                         eos_id: int | None = None, pack_linears=False) -> Speculation:
     """Extend one row ``tokens`` (1, L) by up to ``max_new_tokens`` target tokens, ``k`` drafted per
     target pass. Greedy (``temperature=0``) gives the ids of ``sampling.generate(target, tokens,
     max_new_tokens, eos_id=eos_id)``; with sampling (temperature, top_k, top_p as in ``generate``)
@@ -221,7 +270,18 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
     whole prompt in the first round, else the last kept token) and the drafts, in one pass, giving
     its distributions at each drafted position and the one after; :func:`verify` keeps m drafts and
     adds one token; the cache is cut back to the kept text. Stops after ``max_new_tokens`` or at
-    ``eos_id`` (kept)."""
+    ``eos_id`` (kept).
+
+    ``pack_linears``: the target's passes of several tokens through oneDNN-packed weights
+    (:class:`~transformer_lib.serving.packed_linear.PackedLinears`): a pass over k + 1 tokens then
+    costs closer to one token's, where torch's default kernel costs nearly twice as much for a few
+    rows. True packs the target's float32 ``nn.Linear`` weights for this call (a second copy of
+    them, and the time to reorder it); a ``PackedLinears`` of the target is reused as it is (pack
+    once, decode many times); False (the default) runs the modules as they are. The whole loop runs
+    inside it, so a draft that shares the target's layers (:func:`shallow_exit`) runs them packed too. Quantized layers
+    are left alone: their own kernel reads a few rows in one pass over the weights already, and
+    one-token passes take the target's fused step, as ``generate``'s do. The ids are the same either
+    way (a pass's logits differ from the default kernel's only by float32 rounding)."""
     check_draft(draft)
     check_one_row(tokens)
     check_decoder_ids(target, tokens, "tokens")
@@ -232,6 +292,7 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
         check_int("eos_id", eos_id, 0)
     check_seed(seed, generator)
     check_fits(target, tokens.shape[1], max_new_tokens, None)
+    packs = _target_packs(target, pack_linears)
     draft_model = getattr(draft, "model", None)
     if draft_model is not None:
         check_same_vocabulary(target, draft_model)
@@ -244,27 +305,43 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
     cache = target.new_cache()
     proposed = accepted = calls = 0
     new = 0
-    while new < max_new_tokens:
-        budget = max_new_tokens - new  # this round yields at most k' + 1 tokens
-        drafts, q = draft.propose(torch.tensor(text, device=device), min(k, budget - 1), generator=gen,
-                                  temperature=temperature, top_k=top_k, top_p=top_p)
-        check_proposal(drafts, q, min(k, budget - 1), V)
-        drafts = drafts.to(device)
-        feed = torch.cat([torch.tensor(text[cache.length:], device=device), drafts])[None]  # (1, unseen + k')
-        logits = target(feed, cache=cache)[0, -(drafts.numel() + 1):].float()  # (k' + 1, V)
-        calls += 1
-        p = next_token_probs(logits, temperature, top_k, top_p)  # (k' + 1, V); greedy: one-hot argmax
-        m, token = verify(p, None if q is None else q.to(device).float(), drafts, gen)
-        proposed, accepted = proposed + drafts.numel(), accepted + m
-        kept = drafts[:m].tolist() + [token]
-        if eos_id is not None and eos_id in kept:
-            kept = kept[:kept.index(eos_id) + 1]
-        text += kept
-        new += len(kept)
-        cache.truncate(len(text) - 1)  # the rejected drafts leave; the last kept token is read next round
-        if eos_id is not None and text[-1] == eos_id:
-            break
+    with packs:  # passes of several rows on oneDNN's packed weights (one row: F.linear or the fused step)
+        while new < max_new_tokens:
+            budget = max_new_tokens - new  # this round yields at most k' + 1 tokens
+            drafts, q = draft.propose(torch.tensor(text, device=device), min(k, budget - 1), generator=gen,
+                                      temperature=temperature, top_k=top_k, top_p=top_p)
+            check_proposal(drafts, q, min(k, budget - 1), V)
+            drafts = drafts.to(device)
+            feed = torch.cat([torch.tensor(text[cache.length:], device=device), drafts])[None]  # (1, unseen + k')
+            logits = target(feed, cache=cache)[0, -(drafts.numel() + 1):].float()  # (k' + 1, V)
+            calls += 1
+            p = next_token_probs(logits, temperature, top_k, top_p)  # (k' + 1, V); greedy: one-hot argmax
+            m, token = verify(p, None if q is None else q.to(device).float(), drafts, gen)
+            proposed, accepted = proposed + drafts.numel(), accepted + m
+            kept = drafts[:m].tolist() + [token]
+            if eos_id is not None and eos_id in kept:
+                kept = kept[:kept.index(eos_id) + 1]
+            text += kept
+            new += len(kept)
+            cache.truncate(len(text) - 1)  # the rejected drafts leave; the last kept token is read next round
+            if eos_id is not None and text[-1] == eos_id:
+                break
     return Speculation(torch.tensor([text], device=device), tokens.shape[1], proposed, accepted, calls)
+
+
+def _target_packs(target: nn.Module, pack_linears):
+    """The context the target's passes run in: a PackedLinears (given, or built from ``target``) or
+    a context that changes nothing."""
+    from .serving.packed_linear import PackedLinears  # the serving package only where packing is asked for
+    if isinstance(pack_linears, PackedLinears):
+        own = {id(m) for m in target.modules()}
+        if any(id(m) not in own for m in pack_linears.modules):
+            raise ValueError("pack_linears must be PackedLinears(target): it holds layers the target does not have")
+        return pack_linears
+    if not isinstance(pack_linears, bool):
+        raise ValueError(f"pack_linears must be True, False or a PackedLinears of the target, got "
+                         f"{type(pack_linears).__name__}")
+    return PackedLinears(target) if pack_linears else contextlib.nullcontext()
 
 
 # -- how much it gains --------------------------------------------------------------------------
