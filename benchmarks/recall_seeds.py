@@ -3,8 +3,8 @@
     nice .venv/bin/python benchmarks/recall_seeds.py        # about 90 s of CPU on one thread
 
 The task (``transformer_lib.tasks.recall_first_batch``): a sequence of random tokens, the label is
-the class of the *first* token, read from the last position. The chapter trains one seed of each
-model (150 Adam steps of 32 sequences, learning rate 1e-2) and shows its gradient profile; one
+the class of the *first* token, read from the last position. The chapter trains seed 0 of each
+model live (150 Adam steps of 32 sequences) and shows its gradient profile; one
 seed is no evidence that one model learns the task and the other does not, so this script repeats
 the comparison over ``--seeds`` seeds, with the learning rate of each (model, length) chosen by
 one rule:
