@@ -110,22 +110,28 @@ class TransformerBlock(nn.Module):
             self.ffn.switch_off()
         _add_hook_points(self)
 
-    def _sa(self, x, mask, bias, cache, layer, causal):
-        out = self.self_attn(x, mask=mask, bias=bias, causal=causal, cache=cache, layer=layer,
-                             hook_z=self.hook_z, hook_pattern=self.hook_pattern)[0]
-        return self.hook_attn_out(self.dropout1(out))
-
     def _ff(self, x):
         return self.hook_ffn_out(self.dropout2(self.ffn(x)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, cache=None, layer: int = 0, causal: bool = False) -> torch.Tensor:
         """``cache``/``layer``/``causal``: see :class:`MultiHeadAttention` (a decoder-only model)."""
+        return self.around(x, lambda h: self.self_attn(h, mask=mask, bias=bias, causal=causal, cache=cache,
+                                                       layer=layer, hook_z=self.hook_z,
+                                                       hook_pattern=self.hook_pattern)[0])
+
+    def around(self, x: torch.Tensor, attend) -> torch.Tensor:
+        """The block's wiring (norms, residuals, dropout, FFN, hook points) around ``attend``, a
+        function from the attention's input to its output: ``forward`` passes the block's own
+        attention; a caller with its own attention over a paged cache
+        (:mod:`transformer_lib.serving.varlen`) passes that, and the rest of the block is this one."""
+        def sa(h):
+            return self.hook_attn_out(self.dropout1(attend(h)))
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask, bias, cache, layer, causal)
+            x = x + sa(self.norm1(x))
             x = x + self._ff(self.norm2(x))
         else:
-            x = self.norm1(x + self._sa(x, mask, bias, cache, layer, causal))
+            x = self.norm1(x + sa(x))
             x = self.norm2(x + self._ff(x))
         return self.hook_resid_post(x)  # (B, L, D): the residual stream after this block
 

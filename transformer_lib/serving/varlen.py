@@ -147,16 +147,7 @@ def varlen_forward(model, cache: PagedKVCache, seqs: list, tokens: list[list[int
     for layer, block in enumerate(model.blocks):
         attn = block.self_attn
         keys, values = cache.pool(layer, attn.num_kv_heads, attn.head_dim, x)
-        def sa(h):
-            return block.hook_attn_out(block.dropout1(_self_attention(block, h, keys, values, plan, rope)))
-
-        if block.norm_first:
-            x = x + sa(block.norm1(x))
-            x = x + block._ff(block.norm2(x))
-        else:
-            x = block.norm1(x + sa(x))
-            x = block.norm2(x + block._ff(x))
-        x = block.hook_resid_post(x)
+        x = block.around(x, lambda h: _self_attention(block, h, keys, values, plan, rope))  # (1, T, D)
     for s, n in zip(seqs, counts):
         cache.seq_lengths[s] += n
     x = x[0, plan.last.to(device)]  # (S, D): the last new token of each sequence
