@@ -125,10 +125,6 @@ class PagedKVCache(RaggedCache):
         del self.seq_lengths[seq]
         self.rows = [r for r in self.rows if r != seq]
 
-    def can_grow(self, extra_blocks: int) -> bool:
-        """Whether ``extra_blocks`` more blocks are free now."""
-        return len(self.free_blocks) >= extra_blocks
-
     def select(self, rows) -> None:
         """The sequences of the next forward pass, one per row of its (B, L) tokens, in that order."""
         if self._step is not None:
