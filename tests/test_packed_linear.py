@@ -1,6 +1,7 @@
-"""The few-rows linear path (transformer_lib.serving.packed_linear): equal to F.linear within the
-float32 rounding bound of a dot product, the model's modules restored after the block, a changed
-weight packed again, and the continuous batcher's tokens unchanged with it on."""
+"""The few-rows linear paths (transformer_lib.serving.packed_linear: the compiled kernel up to 8 rows,
+oneDNN beyond): equal to F.linear within the float32 rounding bound of a dot product, the kernel's
+sums the same for any thread count, the model's modules restored after the block, a changed weight
+packed again, and the continuous batcher's tokens unchanged with it on."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,8 @@ import torch.nn.functional as F
 
 import transformer_lib as tl
 from transformer_lib.sampling import generate_ids
-from transformer_lib.serving.packed_linear import PackedLinears, available, dot_error_bound, packed_linear
+from transformer_lib.serving.packed_linear import (KERNEL_MAX_ROWS, PackedLinears, available, dot_error_bound, kernel_available,
+                                                   linear_rows, packed_linear)
 from transformer_lib.serving.scheduler import serve_continuous, serve_static
 from transformer_lib.serving.workload import make_workload
 
@@ -62,3 +64,45 @@ def test_batchers_with_packed_linears_give_generate_ids_tokens():
         requests = [r.fresh() for r in workload]
         serve(requests)
         assert [r.tokens for r in requests] == want
+
+
+kernel = pytest.mark.skipif(not kernel_available()[0], reason="the few-rows kernel does not run here")
+
+
+@kernel
+@pytest.mark.parametrize("rows", range(1, KERNEL_MAX_ROWS + 1))
+@pytest.mark.parametrize("n,k", [(5, 7), (70, 577), (300, 64)])
+def test_linear_rows_is_a_float32_dot_product_per_output_and_the_same_for_any_thread_count(rows, n, k):
+    g = torch.Generator().manual_seed(rows * 7 + k)
+    x, w = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g) / k ** 0.5
+    got = linear_rows(x, w)
+    exact = x.double() @ w.double().t()
+    assert bool(((got.double() - exact).abs() <= dot_error_bound(x, w)).all())
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert torch.equal(linear_rows(x, w), got)  # W's rows are shared out, never one output's K terms
+    finally:
+        torch.set_num_threads(threads)
+
+
+@kernel
+def test_linear_rows_names_the_bad_argument():
+    w = torch.randn(4, 8)
+    for x, name in ((torch.randn(KERNEL_MAX_ROWS + 1, 8), "x"), (torch.randn(0, 8), "x"), (torch.randn(8), "x"),
+                    (torch.randn(2, 8, dtype=torch.float64), "x, weight")):
+        with pytest.raises(ValueError, match=name):
+            linear_rows(x, w)
+    with pytest.raises(ValueError, match="weight"):
+        linear_rows(torch.randn(2, 8), torch.randn(4, 9))
+
+
+@kernel
+def test_packed_linear_takes_the_kernel_for_a_few_rows_and_onednn_beyond():
+    w = torch.randn(16, 32)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    x = torch.randn(KERNEL_MAX_ROWS + 1, 32)
+    with torch.no_grad():
+        assert torch.equal(packed_linear(x[:3], w, packed), linear_rows(x[:3], w))
+        want = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        assert torch.equal(packed_linear(x, w, packed), want)
