@@ -31,9 +31,10 @@ a deterministic draft):
   or a quantized copy of the target (chapter 19).
 
 On a CPU a pass over a few tokens through torch's default float32 kernel costs nearly two
-one-token steps; ``speculative_generate(..., pack_linears=...)`` runs the target's passes on
-oneDNN-packed weights (:mod:`~transformer_lib.serving.packed_linear`), which cost less for a few
-rows.
+one-token steps; ``speculative_generate(..., pack_linears=...)`` runs the target's linear layers
+through :mod:`~transformer_lib.serving.packed_linear` (a kernel that reads each weight once for up
+to 8 rows, oneDNN-packed weights beyond), where a pass over a few tokens costs little more than one
+token's.
 
 Rejected tokens leave both caches by :meth:`~transformer_lib.kv_cache.KVCache.truncate`: the
 buffers stay, and the next pass overwrites the rejected positions.
@@ -272,11 +273,12 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
     adds one token; the cache is cut back to the kept text. Stops after ``max_new_tokens`` or at
     ``eos_id`` (kept).
 
-    ``pack_linears``: the target's passes of several tokens through oneDNN-packed weights
-    (:class:`~transformer_lib.serving.packed_linear.PackedLinears`): a pass over k + 1 tokens then
-    costs closer to one token's, where torch's default kernel costs nearly twice as much for a few
-    rows. True packs the target's float32 ``nn.Linear`` weights for this call (a second copy of
-    them, and the time to reorder it); a ``PackedLinears`` of the target is reused as it is (pack
+    ``pack_linears``: the target's float32 linear layers run inside
+    :class:`~transformer_lib.serving.packed_linear.PackedLinears` (up to 8 rows: a kernel reading
+    each weight once; more: oneDNN-packed weights): a pass over k + 1 tokens then costs close to one
+    token's, where torch's default kernel costs nearly twice as much for a few rows. True packs the
+    target's float32 ``nn.Linear`` weights for this call (a second copy of them, and the time to
+    reorder it); a ``PackedLinears`` of the target is reused as it is (pack
     once, decode many times); False (the default) runs the modules as they are. The whole loop runs
     inside it, so a draft that shares the target's layers (:func:`shallow_exit`) runs them packed too. Quantized layers
     are left alone: their own kernel reads a few rows in one pass over the weights already, and
@@ -305,7 +307,7 @@ def speculative_generate(target: nn.Module, draft, tokens: torch.Tensor, max_new
     cache = target.new_cache()
     proposed = accepted = calls = 0
     new = 0
-    with packs:  # passes of several rows on oneDNN's packed weights (one row: F.linear or the fused step)
+    with packs:  # float32 linear layers: the few-rows kernel up to 8 rows, oneDNN beyond; quantized: the fused step
         while new < max_new_tokens:
             budget = max_new_tokens - new  # this round yields at most k' + 1 tokens
             drafts, q = draft.propose(torch.tensor(text, device=device), min(k, budget - 1), generator=gen,

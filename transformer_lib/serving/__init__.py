@@ -10,8 +10,9 @@ a paged KV cache, continuous batching, and a streaming HTTP endpoint.
 - :mod:`.scheduler`: ``ContinuousBatcher``, which admits and retires requests at every step, each
   step one mixed forward pass (blocks allocated on demand, the newest request pre-empted and
   recomputed when the pool runs out);
-- :mod:`.packed_linear`: ``PackedLinears``, oneDNN-packed weights so that a step of a few rows
-  costs closer to one row's on a CPU (the batchers' ``pack_linears=True``);
+- :mod:`.packed_linear`: ``PackedLinears``, so that a step of a few rows costs close to one row's
+  on a CPU (a kernel reading each weight once up to 8 rows, oneDNN-packed weights beyond; the
+  batchers' ``pack_linears=True``);
 - :mod:`.workload`: seeded arrivals and lengths, and the latency statistics of a run;
 - :mod:`.server`: the batcher behind an OpenAI-style ``/v1/completions`` route (``make serve``).
 """

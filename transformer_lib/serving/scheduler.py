@@ -81,8 +81,9 @@ class ContinuousBatcher:
     (``allocation="reserve"``). ``reserve_tokens`` only feeds the memory comparison: the new
     tokens a contiguous cache would have to reserve per request (None: its ``max_tokens``; a
     server that cannot foresee where a request stops must reserve its limit). ``pack_linears``
-    runs the forward passes with oneDNN-packed weights (:mod:`.packed_linear`: a few rows then
-    cost closer to one row, for a second copy of the weights in memory)."""
+    runs the forward passes in :class:`~.packed_linear.PackedLinears` (a few rows then cost close
+    to one row: up to 8 rows a kernel reading each weight once, more rows oneDNN-packed weights, a
+    second copy of them in memory)."""
 
     def __init__(self, model, max_batch: int = 8, max_prefill_tokens: int = 512, block_size: int = 16,
                  num_blocks: int = 256, eos_id: int | None = None, policy: str = "mixed",
