@@ -21,7 +21,8 @@ Servers (``serving.scheduler``; each on fresh copies of the requests, in this or
 * one-at-a-time - each request alone with the plain KVCache, in arrival order, the next after it;
 * static        - up to ``--batch`` (8) arrived requests decoded together to the end of the longest
                   (PaddedKVCache sized to the longest prompt + the largest output length), linear
-                  layers on oneDNN-packed weights (``pack_linears``: rows of a step cost less);
+                  layers in ``PackedLinears`` (``pack_linears``: up to 8 rows the few-rows kernel, each
+                  weight read once; more rows oneDNN-packed weights: rows of a step cost less);
 * continuous    - ``ContinuousBatcher``: up to ``--batch`` rows, mixed steps (every running
                   request's next token and the admitted prompts, in chunks under a 512-token
                   budget, in one flattened forward pass: ``serving.varlen``), a PagedKVCache of

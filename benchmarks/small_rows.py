@@ -17,10 +17,12 @@ Variants of ``y = x @ W.T`` (x (M, K) row-major, W (N, K) as nn.Linear stores it
 * ``W@x.T``     - ``torch.mm(W, x.t()).t().contiguous()``: the BLAS sees a matrix times M columns;
 * ``x@Wt``      - W stored transposed once (K, N) and ``x @ Wt``;
 * ``onednn``    - oneDNN's linear with a weight prepacked for it (``torch.ops.mkldnn._linear_pointwise``);
+* ``packed``    - ``serving.packed_linear.packed_linear``, what ``PackedLinears`` runs: the library's
+                  few-rows kernel (each weight read once for all rows) up to 8 rows, oneDNN beyond;
 
 and, on the real model, one whole decode step (B rows at 64 cached positions, paged cache) with
 the model's nn.Linear layers run by ``F.linear`` and by ``serving.packed_linear.PackedLinears``
-(the oneDNN variant, which the batchers use with ``pack_linears=True``).
+(the ``packed`` variant, which the batchers use with ``pack_linears=True``).
 
 It prints, asserts nothing, and writes benchmarks/results/small_rows.json.
 """
@@ -41,9 +43,11 @@ sys.path.insert(0, str(ROOT.parent))
 
 from _results import describe, machine, write_results  # noqa: E402
 
+from transformer_lib.serving.packed_linear import KERNEL_MAX_ROWS, kernel_available, packed_linear  # noqa: E402
+
 D, KV, FF, V, NL = 576, 192, 1536, 49152, 30
 LAYER_SHAPES = [(D, D), (KV, D), (KV, D), (D, D), (FF, D), (FF, D), (D, FF)]
-ROWS = [1, 2, 3, 4, 8, 16]
+ROWS = [1, 2, 3, 4, 5, 8, 9, 16]
 
 
 def transposed_mm(x, w):
@@ -64,6 +68,8 @@ def linear_sweep(reps=5):
         "x@Wt": (lambda x, i: x @ wts[i], lambda x: x @ head_t),
         "onednn": (lambda x, i: torch.ops.mkldnn._linear_pointwise(x, packed[i], None, "none", [], ""),
                    lambda x: torch.ops.mkldnn._linear_pointwise(x, packed_head, None, "none", [], "")),
+        # what PackedLinears runs: the few-rows kernel up to KERNEL_MAX_ROWS rows, oneDNN beyond
+        "packed": (lambda x, i: packed_linear(x, ws[i], packed[i]), lambda x: packed_linear(x, head, packed_head)),
     }
     out = {name: {"layers_s": [], "head_s": []} for name in calls}
     for M in ROWS:
@@ -120,7 +126,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--reps", type=int, default=5, help="timings per variant (the median is kept)")
     args = ap.parse_args(argv)
-    payload = {"rows": ROWS, "reps": args.reps, "by_threads": {}}
+    payload = {"rows": ROWS, "reps": args.reps, "kernel_max_rows": KERNEL_MAX_ROWS,
+               "kernel": kernel_available()[1], "by_threads": {}}
     for threads in args.threads:
         torch.set_num_threads(threads)
         print(f"# {describe(machine())}; {threads} threads")
