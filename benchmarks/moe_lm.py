@@ -1,9 +1,10 @@
 """A mixture-of-experts language model against dense ones on the book's prose (chapter 25).
 
-    .venv/bin/python benchmarks/moe_lm.py            # 3 seeds, two processes
+    .venv/bin/python benchmarks/moe_lm.py            # 5 seeds, two processes
+    nice -n 19 .venv/bin/python benchmarks/moe_lm.py --workers 1   # one process
 
-Cost: about 110 CPU-seconds (measured: 110 s user and 2 s system for the whole run; each run's
-training time is in the results).
+Cost: about 150 CPU-seconds for 5 seeds (measured with --workers 1: 148 s user and 2 s system for
+the whole run, 143 s of it training, 187 s wall; each run's training time is in the results).
 
 Three character-level ``DecoderOnlyLM``s (d_model 64, 4 heads, 2 layers, RoPE, RMSNorm, SwiGLU,
 context 64) that differ only in their FFNs:
@@ -114,13 +115,18 @@ def run(job):
 
 
 def main(argv=None):
-    args, elapsed = seed_sweep(__doc__, argv, seeds=3)
+    import argparse
+
+    workers = argparse.ArgumentParser(add_help=False)
+    workers.add_argument("--workers", type=int, default=2, help="processes (one thread each)")
+    known, rest = workers.parse_known_args(argv)
+    args, elapsed = seed_sweep(__doc__, rest, seeds=5)
     jobs = [(name, s) for s in range(args.seeds) for name in SETTINGS]
     vocab, train, val = data()
     runs_in_workers("moe_lm", run, jobs, {
         "model": BASE, "ffn": SETTINGS, "steps": STEPS, "batch": BATCH, "context": CTX, "lr": LR,
         "warmup_steps": 30, "aux_loss_coefficient": ALPHA, "seeds": args.seeds,
-        "vocab": vocab, "train_chars": len(train), "val_chars": len(val)}, elapsed)
+        "vocab": vocab, "train_chars": len(train), "val_chars": len(val)}, elapsed, workers=known.workers)
 
 if __name__ == "__main__":
     main()
