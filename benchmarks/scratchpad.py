@@ -1,10 +1,11 @@
 """Answer-only against scratchpad: the same small model taught to add with and without writing its
 work out (chapter 26's sequential test-time compute).
 
-    .venv/bin/python benchmarks/scratchpad.py            # 3 seeds, two processes
+    .venv/bin/python benchmarks/scratchpad.py            # 5 seeds, two processes
+    nice -n 19 .venv/bin/python benchmarks/scratchpad.py --workers 1   # one process
 
-Cost: about 270 CPU-seconds (measured: 265 s user and 3 s system for the whole run, 258 s of it
-training; each run's training time is in the results).
+Cost: about 350 CPU-seconds for 5 seeds (measured with --workers 1: 347 s user and 3 s system for
+the whole run, 337 s of it training, 484 s wall; each run's training time is in the results).
 
 For each seed, two models of ``reasoning.MODEL_CONFIG`` (d_model 64, 4 heads, 2 layers) are trained
 from scratch on the same training problems in the same order (1 to 4 digits, one length per step in
@@ -76,11 +77,16 @@ def run(job):
 
 
 def main(argv=None):
-    args, elapsed = seed_sweep(__doc__, argv, seeds=3)
+    import argparse
+
+    workers = argparse.ArgumentParser(add_help=False)
+    workers.add_argument("--workers", type=int, default=2, help="processes (one thread each)")
+    known, rest = workers.parse_known_args(argv)
+    args, elapsed = seed_sweep(__doc__, rest, seeds=5)
     jobs = [(fmt, s) for s in range(args.seeds) for fmt in FORMATS]
     runs_in_workers("scratchpad", run, jobs, {
         "steps": STEPS, "batch_size": 64, "lr": 3e-3, "warmup_steps": 20, "max_digits_trained": 4,
-        "held_out_problems_per_length": PROBLEMS, "seeds": args.seeds}, elapsed)
+        "held_out_problems_per_length": PROBLEMS, "seeds": args.seeds}, elapsed, workers=known.workers)
 
 if __name__ == "__main__":
     main()
