@@ -1,5 +1,5 @@
 """Speculative decoding on SmolLM2: acceptance, tokens per target pass and speed-up per draft and k,
-against the target's own greedy decoding, side by side in one run (issue 50, chapter 29).
+against the target's own greedy decoding, side by side in one run (chapter 29).
 
     .venv/bin/python benchmarks/speculative.py                 # the full table (about 15 CPU minutes)
     .venv/bin/python benchmarks/speculative.py --quick         # 24 new tokens, one round, 3 prompts
@@ -24,14 +24,14 @@ run the fused step of chapter 19). Generators on each target:
                which nothing was kept only a 3-token match proposes, until one has a token kept;
 * lookup-unpacked k - ``PromptLookup()`` with the target's passes on torch's default kernels,
                beside the same draft in ``PackedLinears``;
-* int4 k     - with ``ModelDraft`` of ``quantize(copy, 4)`` (caveat: the float32 weights are the
+* int4-draft k - with ``ModelDraft`` of ``quantize(copy, 4)`` (caveat: the float32 weights are the
                file's 4-bit weights decoded, and this copy rounds them to the same grid, groups of
                32: it is the same model in fewer bytes, and shows what a draft that always agrees buys);
-* int4h4 k   - with ``ModelDraft`` of ``quantize(copy, 4, widths={})``: every layer at 4 bits, the
+* int4h4-draft k - with ``ModelDraft`` of ``quantize(copy, 4, widths={})``: every layer at 4 bits, the
                output head (8 bits in the file) included, so it is a cheaper model that
                disagrees with the target now and then (self-speculation by quantization);
-* int8 k     - with ``ModelDraft`` of ``quantize(copy, 8)`` (q8_0: another grid, 8 bits);
-* exit n k   - with ``ModelDraft(shallow_exit(target, n))``: the first n of 30 blocks, the final norm
+* int8-draft k - with ``ModelDraft`` of ``quantize(copy, 8)`` (q8_0: another grid, 8 bits);
+* exit<n> k  - with ``ModelDraft(shallow_exit(target, n))``: the first n of 30 blocks, the final norm
                and head, untrained for it.
 
 Every float32 row but ``greedy-unpacked`` and ``lookup-unpacked`` runs the target in one
