@@ -16,7 +16,7 @@ context 64) that differ only in their FFNs:
   the same active ones;
 * dense, total size: one SwiGLU FFN of width 256 (the mixture's FFN parameters, all active).
 
-Corpus: ``data.load_corpus()`` (the prose of chapters 0-14 and appendix A), characters, split by
+Corpus: ``data.load_corpus()`` (a frozen copy of the prose of the first chapters and appendix A), characters, split by
 paragraph with ``data.split_paragraphs`` (every tenth paragraph held out). Every model gets the same
 rule: AdamW lr 3e-3, 30 warmup steps, gradient clipping at 1, 300 steps of 16 windows of 64
 characters drawn at random; seed ``s`` sets the initialisation and the batches. Measured: the

@@ -1,8 +1,9 @@
 """Text corpora that ship with the library (chapters 15 and 16); nothing is downloaded.
 
-``book_prose.txt`` is the English prose of this book's own chapters 0-14 and appendix A (CC BY
-4.0, like all of the book's prose: LICENSE-CONTENT.md; the code is MIT): the Markdown text with code cells, YAML headers,
-display math and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
+``book_prose.txt`` is the English prose of this book's own first chapters and appendix A as they
+stood when it was frozen (today's chapters 0-10 and 12-14, numbered 0-13 then; CC BY 4.0, like all
+of the book's prose: LICENSE-CONTENT.md; the code is MIT): the Markdown text with code cells, YAML
+headers, display math and HTML comments removed. It is a frozen snapshot, so the numbers of chapters 15 and 16 do not
 move when a chapter is edited; ``python -m transformer_lib.data`` rebuilds it from the chapters.
 """
 from __future__ import annotations
