@@ -352,6 +352,13 @@ def main() -> int:
 
     if args.only_headline:
         report = json.loads(args.out.read_text())
+        here, there = profiling.machine_info(), report["machine"]
+        differ = [key for key in ("cpu", "cpu_count", "avx512", "torch") if here[key] != there[key]]
+        if differ:  # new rounds beside another CPU's table would compare two machines as one
+            print(f"--only-headline: {args.out} was measured on another machine ({', '.join(differ)}: "
+                  f"{[there[k] for k in differ]} there, {[here[k] for k in differ]} here); run the whole "
+                  "benchmark here instead", file=sys.stderr)
+            return 2
         computed = {r["kernel"]: r["computed_scores"] for r in report["window"]
                     if r["n"] == HEADLINE_N and "seconds" in r and r["kernel"] not in ("dense", "full")}
         load_start = os.getloadavg()[0]
