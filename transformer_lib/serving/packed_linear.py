@@ -55,32 +55,21 @@ _SOURCE = Path(__file__).with_name("csrc") / "few_rows.cpp"
 KERNEL = Kernel("few-rows linear kernel", "F.linear and oneDNN")
 
 
+def _build():
+    ops = cpp_ops(name="tlib_few_rows", source=_SOURCE, cflags=["-O3", "-fopenmp"], namespace="tlib_rows")
+    if not ops.avx2_available():
+        raise RuntimeError("this CPU has no AVX2 + FMA")
+    return ops
+
+
 def _ops():
     """Build (once) and return ``torch.ops.tlib_rows``; RuntimeError with the reason if it cannot run here."""
-    ops = KERNEL.get(lambda: cpp_ops(name="tlib_few_rows", source=_SOURCE, cflags=["-O3", "-fopenmp"],
-                                     namespace="tlib_rows"))
-    if not ops.avx2_available():
-        KERNEL.fail(RuntimeError("this CPU has no AVX2 + FMA"), stacklevel=5)
-        raise RuntimeError(KERNEL.errors[None])
-    return ops
+    return KERNEL.get(_build)
 
 
 def kernel_available() -> tuple[bool, str]:
     """(works, reason) for the few-rows kernel: built here (slow the first time) and this CPU runs it."""
-    try:
-        _ops()
-    except RuntimeError:
-        pass
-    return KERNEL.status()
-
-
-_USABLE: list = []  # [the ops, or None where the kernel cannot run]: asked once, packed_linear runs per layer per step
-
-
-def _usable_ops():
-    if not _USABLE:
-        _USABLE.append(_ops() if kernel_available()[0] else None)
-    return _USABLE[0]
+    return KERNEL.available(_build)
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -112,10 +101,10 @@ def packed_linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, b
     rows = x.numel() // K if K else 0
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return F.linear(x, weight, bias)
-    ops = _usable_ops() if 1 <= rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 else None
-    if ops is not None:  # the same call as linear_rows, without its argument checks: shapes are the layer's own
+    if 1 <= rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and kernel_available()[0]:
+        # the same call as linear_rows, without its argument checks: shapes are the layer's own
         out = x.new_empty(rows, weight.shape[0])  # (M, N)
-        ops.linear_rows(x.reshape(rows, K).contiguous(), weight, out)  # (..., K) -> (M, K)
+        _ops().linear_rows(x.reshape(rows, K).contiguous(), weight, out)  # (..., K) -> (M, K)
         if bias is not None:
             out += bias
         return out.reshape(*x.shape[:-1], weight.shape[0])  # (M, N) -> (..., N)
