@@ -36,28 +36,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from transformer_lib.attention import scaled_dot_product_attention  # noqa: E402
 from transformer_lib.profiling import machine_info  # noqa: E402
 from transformer_lib.tiled import tiled_attention  # noqa: E402
+from tiled_attention import inputs, kernels  # noqa: E402  (benchmarks/tiled_attention.py)
 
 RESULTS = ROOT / "benchmarks" / "results" / "tiled_attention_spread.json"
-KERNELS = {
-    "readable": lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
-    "tiled 64x64": lambda q, k, v: tiled_attention(q, k, v),
-    "tiled 128x256": lambda q, k, v: tiled_attention(q, k, v, block_q=128, block_k=256),
-    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-    "tiled 64x64 causal": lambda q, k, v: tiled_attention(q, k, v, causal=True),
-    "sdpa causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-}
-
-
-def inputs(n: int):
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(1, 8, n, 64, generator=g) for _ in range(3)]
+_SIDE_BY_SIDE = kernels(64, 64)  # tiled_attention.py's kernels, with this file's names for them
+KERNELS = {name: _SIDE_BY_SIDE[theirs] for name, theirs in (
+    ("readable", "readable"), ("tiled 64x64", "tiled"), ("tiled 128x256", "tiled 128x256"), ("sdpa", "sdpa"),
+    ("tiled 64x64 causal", "tiled causal"), ("sdpa causal", "sdpa causal"))}
 
 
 def cpu_time(fn) -> float:
