@@ -25,7 +25,7 @@ from ._checks import check_id_list, check_int, check_logits, check_number
 from ._checks.sampling import check_temperature
 
 __all__ = ["apply_temperature", "top_k_filter", "top_p_filter", "apply_repetition_penalty",
-           "next_token_probs", "sample_next"]
+           "next_token_probs", "sample_next", "draw_token"]
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -108,3 +108,13 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         return torch.multinomial(flat.to(generator.device), 1, generator=generator).to(flat.device).reshape(
             probs.shape[:-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def draw_token(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One token id from (V,) probabilities, drawn on the CPU (where a decoding loop's generator
+    lives); a point mass (greedy) returns its token without touching the generator, so greedy and
+    sampled runs can share one loop (speculative decoding's verification and its model drafts)."""
+    top = int(probs.argmax())
+    if float(probs[top]) == 1.0:
+        return top
+    return int(torch.multinomial(probs.float().cpu(), 1, generator=generator))
