@@ -13,8 +13,9 @@ module does a tile's steps itself, because three of SDPA's costs can go:
    below about -41 (2^-60); typical scores are within +-20. Its block of b queries is recomputed
    with the max subtracted. Where the check passes the result equals the safe softmax up to
    float32 rounding: no argument was shifted, so none lost digits to the shift either.
-2. **Base e.** In torch's CPU kernels ``exp2`` is several times faster than ``exp``
-   (``benchmarks/sparse.py`` times both, chapter 8 prints them), and ``exp(s) = 2^(s log2 e)``:
+2. **Base e.** In torch's CPU kernels ``exp2`` is faster than ``exp``, by how much depends on the
+   CPU's vector instructions (1.7 to 1.8 times on the AVX2 CPU whose run chapter 8 prints, 4.4 to
+   4.5 times on an AVX-512 one; ``benchmarks/sparse.py`` times both), and ``exp(s) = 2^(s log2 e)``:
    the factor ``log2 e`` rides along with the ``1/sqrt(d_k)`` scale inside the score product,
    where it costs nothing.
 3. **The normalization pass.** Instead of dividing all b x W weights of a tile by their row
