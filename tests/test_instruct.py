@@ -134,9 +134,10 @@ def test_follows_format(text, ok):
 
 @pytest.fixture(scope="module")
 def smol():
-    pretrained = pytest.importorskip("transformer_lib.pretrained")
+    pytest.importorskip("transformer_lib.pretrained")
+    from _smollm2 import smollm2  # a copy of the process's one load (tests/_smollm2.py)
     try:
-        return pretrained.load_smollm2("cpu")
+        return smollm2("cpu")
     except (FileNotFoundError, ImportError) as err:
         pytest.skip(f"SmolLM2 not installed: {err}")
 

