@@ -21,8 +21,9 @@ What the page needs before it prints (``_PREPARE_JS``):
 - page numbers on the contents page (the book theme's print table of contents, after the
   title: one line per page of the book under its part's caption): the book is printed once, the page where each page of the book starts is read
   from that PDF's outline, written into the contents, and the book printed again (the numbers sit
-  on lines that are already there, so nothing moves: the second print renders only the contents
-  pages (``page_ranges``), and ``_patch_pages`` puts them over the first print's);
+  on lines that are already there, so nothing moves: the second print lays out the book only
+  up to the page after the contents and renders only the contents pages (``page_ranges``), and
+  ``_patch_pages`` puts them over the first print's, in an incremental update of the file);
 - the headings' texts, for ``fix_outline``, which rewrites the outline Chromium made from them
   ("windows and" + "dilation" became "windows anddilation", a wrapped heading came out twice);
 - a code cell of at most ``KEEP_LINES`` lines marked ``tlib-keep``: it moves whole to the next
@@ -150,6 +151,18 @@ _NUMBER_JS = """(pages) => {
 }"""
 
 
+# the page from the book's page ``doc`` on, removed: everything after its marker in the article
+_CUT_JS = """(doc) => {
+  const mark = document.getElementById('document-' + doc), article = mark && mark.closest('article');
+  if (!article) return false;
+  const range = document.createRange();
+  range.setStartBefore(mark);
+  range.setEndAfter(article.lastChild);
+  range.deleteContents();
+  return true;
+}"""
+
+
 def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text).lower()
 
@@ -201,37 +214,85 @@ def fix_outline(pdf_path: Path, headings: list[list[str]], patch: tuple[Path, in
     and leaves out inline math. ``headings`` holds (text without math, text with math as plain
     characters) for every heading of the page; an entry is matched to the heading whose text
     without math equals it once white space is ignored. Returns how many entries were rewritten.
-    ``patch`` (pdf, first, count): pages drawn over the book's in the same pass (``_patch_pages``;
-    copying the whole book into a writer is the slow part, about 20 s)."""
-    from pypdf import PdfReader, PdfWriter
+    ``patch`` (pdf, first, count): pages drawn over the book's in the same pass (``_patch_pages``).
+
+    The changes are appended to the file as an incremental update (PDF 1.7, 7.5.6): the changed
+    outline entries and pages, the patch's content streams and resources, a cross-reference
+    section for them and a trailer pointing at the previous one. Only those objects are read and
+    written; rewriting the whole book with pypdf's writer (every one of its ~200,000 objects, most
+    of them the tagged structure) took about 45 CPU-s."""
+    from pypdf import PdfReader
     from pypdf.generic import NameObject, TextStringObject
-    writer = PdfWriter(clone_from=PdfReader(str(pdf_path)))
+    reader = PdfReader(str(pdf_path))
+    changed: dict[int, tuple[int, object]] = {}   # object number -> (generation, new object)
+    next_id = [int(reader.trailer["/Size"])]
     if patch is not None:
-        _patch_pages(writer, *patch)
+        _patch_pages(reader, *patch, changed, next_id)
     texts = {}
     for key, text in headings:
         texts.setdefault(_squash(key), text)
-    changed = 0
+    count = 0
 
-    def walk(item):
-        nonlocal changed
-        while item is not None:
-            item = item.get_object()
+    def walk(ref):
+        nonlocal count
+        while ref is not None:
+            item = ref.get_object()
             title = str(item.get("/Title", ""))
             match = next((texts[c] for c in _outline_candidates(title) if c in texts), None)
             if match is not None and match != title:
                 item[NameObject("/Title")] = TextStringObject(match)
-                changed += 1
+                changed[ref.idnum] = (ref.generation, item)
+                count += 1
             if "/First" in item:
-                walk(item["/First"])
-            item = item.get("/Next")
+                walk(item.raw_get("/First"))
+            ref = item.raw_get("/Next") if "/Next" in item else None
 
-    outlines = writer._root_object.get("/Outlines")
+    root = reader.trailer["/Root"]
+    outlines = root.get("/Outlines")
     if outlines is not None and "/First" in outlines.get_object():
-        walk(outlines.get_object()["/First"])
-    with open(pdf_path, "wb") as f:
-        writer.write(f)
-    return changed
+        walk(outlines.get_object().raw_get("/First"))
+    if changed:
+        _append_update(pdf_path, reader, changed, next_id[0])
+    return count
+
+
+def _append_update(pdf_path: Path, reader, changed: dict, size: int) -> None:
+    """Append ``changed`` ({number: (generation, object)}) to ``pdf_path`` as an incremental update."""
+    import io
+    from pypdf.generic import ArrayObject, DictionaryObject, NameObject, NumberObject
+    data = pdf_path.read_bytes()
+    prev = int(re.findall(rb"startxref\s+(\d+)", data[-2048:])[-1])
+    out = io.BytesIO()
+    base = len(data) + 1   # after the newline that separates the update from the original
+    offsets = {}
+    for num in sorted(changed):
+        gen, obj = changed[num]
+        offsets[num] = (base + out.tell(), gen)
+        out.write(f"{num} {gen} obj\n".encode())
+        obj.write_to_stream(out)
+        out.write(b"\nendobj\n")
+    xref = base + out.tell()
+    out.write(b"xref\n0 1\n0000000000 65535 f\r\n")   # the free list's head, as in every section
+    nums = sorted(offsets)
+    k = 0
+    while k < len(nums):   # one subsection per run of consecutive object numbers
+        j = k
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        out.write(f"{nums[k]} {j - k + 1}\n".encode())
+        for n in nums[k:j + 1]:
+            out.write(f"{offsets[n][0]:010d} {offsets[n][1]:05d} n\r\n".encode())
+        k = j + 1
+    trailer = DictionaryObject({NameObject("/Size"): NumberObject(size), NameObject("/Prev"): NumberObject(prev)})
+    for key in ("/Root", "/Info", "/ID"):
+        if key in reader.trailer:
+            value = reader.trailer.raw_get(key)
+            trailer[NameObject(key)] = ArrayObject(value) if isinstance(value, list) else value
+    out.write(b"trailer\n")
+    trailer.write_to_stream(out)
+    out.write(f"\nstartxref\n{xref}\n%%EOF\n".encode())
+    with open(pdf_path, "ab") as f:
+        f.write(b"\n" + out.getvalue())
 
 
 def _parts_of_pages() -> dict[str, str]:
@@ -239,18 +300,42 @@ def _parts_of_pages() -> dict[str, str]:
     return {c["file"]: p["caption"] for p in toc["parts"] for c in p["chapters"]}
 
 
-def _patch_pages(writer, patch: Path, first: int, count: int) -> None:
+def _patch_pages(reader, patch: Path, first: int, count: int, changed: dict, next_id: list[int]) -> None:
     """Draw ``patch``'s first ``count`` pages (a print of pages ``first``.. of the same document) on
-    ``writer``'s pages from ``first`` (1-based) on: each keeps its page object, so the outline, the
-    named destinations and the links (which did not move) still point at it."""
+    ``reader``'s pages from ``first`` (1-based) on: each keeps its page object, so the outline, the
+    named destinations and the links (which did not move) still point at it. The patch's content
+    streams and resources are copied in under new object numbers (from ``next_id``); the pages
+    and those objects go into ``changed``."""
     from pypdf import PdfReader
-    from pypdf.generic import NameObject
-    for k, page in enumerate(PdfReader(str(patch)).pages[:count]):
-        imported = writer.add_page(page)  # copies its content stream, fonts and images into ``writer``
-        target = writer.pages[first - 1 + k]
+    from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, NameObject, StreamObject
+    source = PdfReader(str(patch))
+    numbers: dict[int, int] = {}   # the patch's object number -> the book's
+
+    def copy(obj):
+        if isinstance(obj, IndirectObject):
+            if obj.idnum not in numbers:
+                numbers[obj.idnum] = next_id[0]
+                next_id[0] += 1
+                changed[numbers[obj.idnum]] = (0, copy(obj.get_object()))
+            return IndirectObject(numbers[obj.idnum], 0, reader)
+        if isinstance(obj, StreamObject):
+            new = obj.__class__()
+            new._data = obj._data
+            for key, value in obj.items():
+                new[NameObject(key)] = copy(value)
+            return new
+        if isinstance(obj, DictionaryObject):
+            return DictionaryObject({NameObject(k): copy(v) for k, v in obj.items()})
+        if isinstance(obj, ArrayObject):
+            return ArrayObject(copy(v) for v in obj)
+        return obj
+
+    for k, page in enumerate(source.pages[:count]):
+        target = reader.pages[first - 1 + k]
         for key in ("/Contents", "/Resources"):
-            target[NameObject(key)] = imported.raw_get(key)
-        writer.remove_page(len(writer.pages) - 1)
+            target[NameObject(key)] = copy(page.raw_get(key))
+        ref = target.indirect_reference
+        changed[ref.idnum] = (ref.generation, target)
 
 
 def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
@@ -272,8 +357,11 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
         wait_for_mathjax(page)
         # solutions: open each one where it stands, after its exercise
         page.evaluate("() => document.querySelectorAll('div.cell.tag_solution details').forEach(d => d.open = true)")
-        page.evaluate("async () => { document.querySelectorAll('img').forEach(i => i.loading = 'eager');"
-                      " await Promise.all([...document.images].map(i => i.decode().catch(() => null))); }")
+        # every image that prints, loaded and decoded; a widget's hidden frames (most of the book's
+        # images: one per setting of its controls) never print and stay unloaded
+        page.evaluate("async () => { const shown = [...document.images].filter(i => i.checkVisibility());"
+                      " shown.forEach(i => i.loading = 'eager');"
+                      " await Promise.all(shown.map(i => i.decode().catch(() => null))); }")
         box = [width, height * _TURN_FILL]
         entries, headings, layout = page.evaluate(_PREPARE_JS, [_parts_of_pages(), KEEP_LINES, WIDE_RATIO, box])
         for tag, section, text, zoom in layout["scaled"]:
@@ -285,10 +373,21 @@ def print_pdf(html_dir: Path = SINGLEHTML, out: Path = PDF) -> Path:
         first = next(k for k, t in enumerate(texts) if "Contents" in t) + 1
         last = min(filter(None, numbers)) - 1
         page.evaluate(_NUMBER_JS, numbers)
+        # The second print needs only the pages up to the contents' last + 1: the book from the
+        # first page of the book that starts after those is cut off (pages are laid out in order,
+        # so nothing before it moves), and the footer's page count is the first print's, written
+        # in. Laying out the whole book again took about 30 CPU-s; the check below still compares
+        # the page after the contents with the first print's.
+        cut = next((doc for (doc, _), n in zip(entries, numbers) if n is not None and n > last + 1), None)
+        if cut is not None:
+            page.evaluate(_CUT_JS, cut)
+        total = len(PdfReader(str(out)).pages)
+        again = dict(options, footer_template=options["footer_template"].replace(
+            "<span class='totalPages'></span>", f"<span>{total}</span>"))
         with tempfile.TemporaryDirectory() as tmp:
             patch = Path(tmp) / "contents.pdf"
             # one page more than the contents: it must come out as before (nothing moved)
-            page.pdf(path=str(patch), page_ranges=f"{first}-{last + 1}", **options)
+            page.pdf(path=str(patch), page_ranges=f"{first}-{last + 1}", **again)
             page.close()
             patched = PdfReader(str(patch)).pages
             if len(patched) != last + 2 - first or _squash(patched[-1].extract_text()) != _squash(texts[last]):

@@ -386,3 +386,38 @@ def test_last_page_is_not_a_stray_line(pdf):
     _, texts = pdf
     lines = [l for l in texts[-1].splitlines() if l.strip() and "version" not in l]
     assert len(lines) >= 4, f"the last page holds only {lines}"
+
+
+def test_fix_outline_appends_an_update_that_pypdf_and_poppler_read(tmp_path):
+    """bookkit.pdf writes the outline's titles and the renumbered contents pages as an incremental
+    update appended to Chromium's file: a small print, patched, reads back with the new titles,
+    the patch's text on its pages and the rest unchanged, in pypdf (strict) and in poppler."""
+    import subprocess
+    from bookkit.browser import chromium
+    from bookkit.pdf import fix_outline
+    html = "".join(f"<h1>Part {k} windows and<br>dilation</h1><p>{'words ' * 500}</p>" for k in range(4))
+    options = dict(format="A4", outline=True, tagged=True, display_header_footer=True, header_template="<div></div>",
+                   footer_template="<div style='font-size:8px'><span class='pageNumber'></span></div>")
+    with chromium() as browser:
+        page = browser.new_page()
+        page.set_content(f"<html><head><title>t</title></head><body>{html}</body></html>")
+        page.pdf(path=str(tmp_path / "book.pdf"), **options)
+        page.evaluate("() => document.querySelector('h1').textContent = 'Patched heading'")
+        page.pdf(path=str(tmp_path / "patch.pdf"), page_ranges="1-1", **options)
+    before = pypdf.PdfReader(str(tmp_path / "book.pdf"))
+    n, titles = len(before.pages), [e.title for e in before.outline]
+    assert titles[0] == "Part 0 windows anddilation"  # what fix_outline is for
+    second = before.pages[1].extract_text()
+    headings = [[f"Part {k} windows and dilation", f"Part {k}: windows and dilation"] for k in range(4)]
+    assert fix_outline(tmp_path / "book.pdf", headings, patch=(tmp_path / "patch.pdf", 1, 1)) == 4
+    after = pypdf.PdfReader(str(tmp_path / "book.pdf"), strict=True)
+    assert len(after.pages) == n
+    assert [e.title for e in after.outline] == [f"Part {k}: windows and dilation" for k in range(4)]
+    assert [after.get_destination_page_number(e) for e in after.outline] == \
+           [before.get_destination_page_number(e) for e in before.outline]
+    assert "Patched heading" in after.pages[0].extract_text() and after.pages[1].extract_text() == second
+    import shutil
+    if shutil.which("pdftotext"):  # poppler-utils (`make browser-deps`): what the book's readers will use
+        text = subprocess.run(["pdftotext", "-raw", str(tmp_path / "book.pdf"), "-"], capture_output=True,
+                              text=True, check=True).stdout
+        assert text.count("\f") == n and text.startswith("Patched heading")
