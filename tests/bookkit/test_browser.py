@@ -1,7 +1,8 @@
 """The static book in a real browser: Debian's Chromium, driven by Playwright.
 
 Serves book/_build/html from 127.0.0.1 (building the book first if it is missing or stale) and
-checks every page of the table of contents: it loads with no console error, no failed or
+opens each chapter from disk (file://, once, every per-page check on that load), and checks every
+page of the table of contents: it loads with no console error, no failed or
 off-machine request, MathJax has typeset every formula (no raw ``$...$`` left), every image has a
 non-zero natural size, solutions stay hidden until their toggle is clicked, and each static
 widget switches its displayed output when a control moves. On a phone (390 px wide) no page
@@ -129,52 +130,105 @@ def _loads_clean(page, log, name: str) -> None:
     assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
 
 
-@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTER_PAGES])
-def test_page_loads_clean_with_math_and_figures(browser, site, name):
-    page, log = open_page(browser, site, name)
-    try:
-        _loads_clean(page, log, name)
-    finally:
-        page.close()
-
-
-@pytest.fixture(scope="class", params=CHAPTER_PAGES)
-def desktop(request, browser, site):
-    """One chapter page open at desktop width for the tests of TestChapterOnDesktop, which pytest
-    runs page by page (a class-scoped parameter): each page is loaded and typeset once, not once
-    per test. The tests run in the class's order; the last ones click."""
+@pytest.fixture(scope="class", params=[p for p in PAGES if p not in CHAPTER_PAGES])
+def book_page(request, browser, site):
+    """A page that is not a chapter, served from 127.0.0.1 and loaded once for the tests of
+    TestBookPage: at desktop width, then narrowed to a phone's."""
     name = request.param
     page, log = open_page(browser, site, name)
     yield name, page, log
     page.close()
 
 
-class TestChapterOnDesktop:
-    def test_code_and_display_math_fit_the_column_at_1280px(self, desktop):
+class TestBookPage:
+    def test_loads_clean_with_math_and_figures(self, book_page):
+        name, page, log = book_page
+        _loads_clean(page, log, name)
+
+    def test_phone_width_never_scrolls_sideways(self, book_page):
+        """At 390 px (the chapters: at the end of TestChapter)."""
+        name, page, log = book_page
+        _narrow_to_a_phone(page)
+        _fits_a_phone(name, page)
+        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
+
+
+def _narrow_to_a_phone(page) -> None:
+    """The window narrowed to PHONE's width, and the display equations fitted to it again (what
+    fit-math.js's resize handler runs)."""
+    page.set_viewport_size(PHONE)
+    page.wait_for_function("w => window.innerWidth === w", arg=PHONE["width"])
+    page.evaluate("() => window.tlibFitMath && window.tlibFitMath()")
+
+
+@pytest.fixture(scope="class", params=CHAPTER_PAGES)
+def chapter(request, browser, disk):
+    """One chapter page for the tests of TestChapter, which pytest runs page by page (a
+    class-scoped parameter): each page is loaded and typeset once, not once per test, and every
+    per-page check runs on that load in the class's order. The page is opened from a file:// URL
+    (`make dist`'s "open html/index.html", as a reader opens the unzipped bundle) with the system
+    in dark mode, at desktop width first; the last test narrows the window to a phone's."""
+    name = request.param
+    context = browser.new_context(color_scheme="dark", viewport=DESKTOP)
+    page = context.new_page()
+    log = PageLog(page, disk)
+    page.goto(f"{disk}/{name}.html", wait_until="load")
+    wait_for_mathjax(page)
+    yield name, page, log
+    context.close()
+
+
+class TestChapter:
+    def test_opens_dark_as_the_system_asks(self, chapter):
+        """The book follows the system's dark mode (no click)."""
+        name, page, log = chapter
+        assert page.evaluate("() => document.documentElement.dataset.theme") == "dark", \
+            f"{name}: the system's dark mode is ignored"
+
+    def test_code_and_display_math_fit_the_column_at_1280px(self, chapter):
         """The column holds CODE_WIDTH characters of code (what `bookkit.notebooks format` folds
         to), and no code cell and no display equation is wider than its column (equations are
         scaled by fit-math.js; code, its strings and docstrings included, is wrapped in the
-        chapter source). Checked first, on the page as it loaded (solutions shut)."""
-        _code_and_math_fit(*desktop)
+        chapter source). Checked on the page as it loaded (solutions shut)."""
+        _code_and_math_fit(*chapter)
 
-    def test_loads_clean_with_math_and_figures(self, desktop):
-        name, page, log = desktop
+    def test_loads_clean_with_math_and_figures(self, chapter):
+        """Math typeset, figures shown, nothing asked for off the disk."""
+        name, page, log = chapter
         _loads_clean(page, log, name)
 
-    def test_solutions_open_only_when_toggled(self, desktop):
-        name, page, log = desktop
+    def test_solutions_open_only_when_toggled(self, chapter):
+        name, page, log = chapter
         if name not in solution_pages():
             pytest.skip(f"{name} has no solution cell")
         _solutions_open_only_when_toggled(page, name)
         assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
 
-    def test_static_widgets_switch_output(self, desktop):
-        _static_widgets_switch_output(*desktop)
+    def test_static_widgets_switch_output(self, chapter):
+        _static_widgets_switch_output(*chapter)
 
-    def test_dark_mode_figures_sit_on_a_light_card(self, desktop):
-        """Last: the theme's own button switches the loaded page to dark, and every figure (in
-        hidden widget panels and opened solutions too) keeps its light card."""
-        _figures_on_a_light_card(*desktop)
+    def test_dark_mode_figures_sit_on_a_light_card(self, chapter):
+        """The theme's own button switches the page to light and back to dark, and every figure
+        (in hidden widget panels and opened solutions too) keeps its light card."""
+        name, page, log = chapter
+        _switch_theme(page, "light")
+        _figures_on_a_light_card(*chapter)
+
+    def test_on_a_phone_fits_and_keeps_aa_contrast_in_dark_mode(self, chapter):
+        """Last: the window narrowed to a 390 px phone. Widget titles, labels, notes and printed
+        text, code (comments included) and prose all reach 4.5:1 against the background they are
+        drawn on, and the page fits the phone (``_fits_a_phone``)."""
+        name, page, log = chapter
+        _narrow_to_a_phone(page)
+        assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+        low = page.evaluate(_CONTRAST_JS.read_text())
+        assert not low, f"{name}: text below 4.5:1 in dark mode (element, ratio, colour, text): {low[:5]}"
+        if name.endswith("03-multi-head-attention"):
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.locator(".tlib-widget").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOTS / "dark-03-widget.png"), full_page=False)
+        _fits_a_phone(name, page)
+        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
 
 
 def _visible_panels(widget) -> list[str]:
@@ -339,25 +393,14 @@ def _fits_a_phone(name, page) -> None:
         page.screenshot(path=str(SCREENSHOTS / f"phone-{Path(name).name}.png"), full_page=False)
 
 
-@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTER_PAGES])
-def test_phone_width_never_scrolls_sideways(browser, site, name):
-    """The pages that are not chapters at 390 px (the chapters: on their load from disk below)."""
-    page, log = open_page(browser, site, name, viewport=PHONE)
-    try:
-        _fits_a_phone(name, page)
-        assert not log.problems, f"{name}:\n" + "\n".join(log.problems)
-    finally:
-        page.close()
-
-
-def _switch_to_dark(page) -> None:
+def _switch_theme(page, theme: str) -> None:
     """The theme's own colour-mode button, clicked as a reader would (light -> dark -> auto)."""
     button = page.locator("button.theme-switch-button").first
     for _ in range(3):
-        if page.evaluate("() => document.documentElement.dataset.theme") == "dark":
+        if page.evaluate("() => document.documentElement.dataset.theme") == theme:
             return
         button.click()
-    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark", "no dark mode"
+    assert page.evaluate("() => document.documentElement.dataset.theme") == theme, f"no {theme} mode"
 
 
 def _luminance(css_color: str) -> float:
@@ -368,7 +411,7 @@ def _luminance(css_color: str) -> float:
 
 
 def _figures_on_a_light_card(name, page, log) -> None:
-    _switch_to_dark(page)
+    _switch_theme(page, "dark")
     page_bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert _luminance(page_bg) < 0.3, f"{name}: dark mode left a light page ({page_bg})"
     backgrounds = page.evaluate("() => [...document.querySelectorAll('article img')]"
@@ -433,36 +476,6 @@ def _code_and_math_fit(name, page, log) -> None:
 _CONTRAST_JS = (Path(__file__).parent / "_contrast.js")
 
 
-@pytest.mark.parametrize("name", CHAPTER_PAGES)
-def test_from_disk_on_a_phone_in_dark_mode_loads_clean_fits_and_keeps_aa_contrast(browser, disk, name):
-    """A chapter opened from a file:// URL (`make dist`'s "open html/index.html", as a reader opens
-    the unzipped bundle) on a 390 px phone with the system in dark mode: the book opens dark (no
-    click); its math is typeset, its figures shown, nothing asked for off the disk
-    (``_loads_clean``); widget titles, labels, notes and printed text, code (comments included) and
-    prose all reach 4.5:1 against the background they are drawn on; and the page fits the phone
-    (``_fits_a_phone``). One load serves the three checks (the desktop width: TestChapterOnDesktop;
-    the other pages from disk: test_every_page_works_opened_from_disk)."""
-    root = disk
-    context = browser.new_context(color_scheme="dark", viewport=PHONE)
-    page = context.new_page()
-    log = PageLog(page, root)
-    try:
-        page.goto(f"{root}/{name}.html", wait_until="load")
-        wait_for_mathjax(page)
-        assert page.evaluate("() => document.documentElement.dataset.theme") == "dark", "the system's dark mode is ignored"
-        _loads_clean(page, log, name)
-        low = page.evaluate(_CONTRAST_JS.read_text())
-        assert not low, f"{name}: text below 4.5:1 in dark mode (element, ratio, colour, text): {low[:5]}"
-        if name.endswith("03-multi-head-attention"):
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.locator(".tlib-widget").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(SCREENSHOTS / "dark-03-widget.png"), full_page=False)
-        _fits_a_phone(name, page)
-        assert not log.problems, "\n".join(log.problems)
-    finally:
-        context.close()
-
-
 def test_contrast_check_catches_low_contrast(browser):
     """The contrast measure itself: grey on grey fails, the theme's text passes."""
     page = browser.new_page()
@@ -478,9 +491,8 @@ def test_contrast_check_catches_low_contrast(browser):
 def test_every_page_works_opened_from_disk(browser, disk):
     """`make dist`'s promise, "open html/index.html": every page opened from a file:// URL (as a
     reader opens the unzipped bundle) typesets its math, shows its figures and asks for nothing
-    off the disk (the chapters: in test_from_disk_on_a_phone_in_dark_mode_loads_clean_fits_and_keeps_aa_contrast,
-    the same checks on the same load as the contrast's); the explainer's live model starts there
-    too (its model and .wasm come from a script, since a browser refuses fetch() from a file:// page)."""
+    off the disk (the chapters: in TestChapter, which opens every chapter from disk); the
+    explainer's live model starts there too (its model and .wasm come from a script, since a browser refuses fetch() from a file:// page)."""
     root = disk
     problems = []
     for name in [p for p in PAGES if p not in CHAPTER_PAGES]:
