@@ -804,8 +804,11 @@ def test_default_mixture_is_the_files(smollm2_pair):
     re-quantizing the decoded model with bits=4 gives every layer the file's own block format."""
     import copy
 
+    from _smollm2 import one_gguf_reader
+
     from transformer_lib.quantization import DEFAULT_WIDTHS, gguf_widths
-    widths = gguf_widths()
+    with one_gguf_reader():  # the file's tensor types from the parse the loads above shared (tests/_smollm2.py)
+        widths = gguf_widths()
     assert widths == {"embedding": 8, "attn_in": 4, "attn_out": 4, "ffn_in": 4, "ffn_out": 4}
     assert {g: b for g, b in widths.items() if b != 4} == DEFAULT_WIDTHS
     dense, kept = smollm2_pair
