@@ -69,7 +69,12 @@ def _hf_llama(lm):
             state[f"model.layers.{i}.{rest}"] = tensor
         elif name != "head.weight":
             state[{"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}[name]] = tensor
-    model = LlamaForCausalLM(config).eval()
+    try:  # every weight is copied in below: transformers' random initialization of 135M would be thrown away
+        from transformers.initialization import no_init_weights  # transformers 5
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights  # transformers 4
+    with no_init_weights():
+        model = LlamaForCausalLM(config).eval()
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert unexpected == [] and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     model.tie_weights()
