@@ -93,6 +93,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("slow")
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Each tier's CPU time under its summary line, so that a `make test` log tells which tier's
+    work grew (its wall time also counts the waits and the other tiers sharing the cores):
+    this process, and the child processes it waited for (kernels, browsers, servers, compilers)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    terminalreporter.write_line(f"CPU time: {own.ru_utime + own.ru_stime:.0f} s in this pytest process, "
+                                f"{children.ru_utime + children.ru_stime:.0f} s in the child processes it waited for")
+
+
 # -- parity with torch.nn: helpers of test_multihead, test_layers and test_model -------------------
 
 def lengths_and_masks(B, L, device, causal):
