@@ -34,11 +34,16 @@ from transformer_lib.profiling import count_flops, time_call  # noqa: E402
 D, F, E, K, N = 256, 512, 8, 2, 1024
 
 
+def three_layers() -> dict:
+    """The mixture and the two dense SwiGLU FFNs it is compared with, by label (freshly initialised)."""
+    return {"MoE 8 experts, top-2": MixtureOfExperts(D, F, E, K),
+            "dense, same active size (d_ff 1024)": FeedForward(D, K * F, activation="swiglu", bias=False),
+            "dense, same total size (d_ff 4096)": FeedForward(D, E * F, activation="swiglu", bias=False)}
+
+
 def compute_rows():
     torch.manual_seed(0)
-    layers = {"MoE 8 experts, top-2": MixtureOfExperts(D, F, E, K),
-              "dense, same active size (d_ff 1024)": FeedForward(D, K * F, activation="swiglu", bias=False),
-              "dense, same total size (d_ff 4096)": FeedForward(D, E * F, activation="swiglu", bias=False)}
+    layers = three_layers()
     x = torch.randn(N, D)
     rows = []
     with cpu_threads(1), torch.no_grad():

@@ -5,7 +5,7 @@
 ``benchmarks/moe.py`` times each layer once (the minimum of 5 timings). This script repeats that
 comparison five times, each repetition with freshly initialised layers (seed 0 to 4) and the
 three layers timed one after the other, so that a ratio is read within one repetition. The
-layers are those of ``moe.py``: a MixtureOfExperts (d_model 256, 8 experts of d_ff 512, top-2),
+layers are ``moe.three_layers()``: a MixtureOfExperts (d_model 256, 8 experts of d_ff 512, top-2),
 a dense SwiGLU FFN of the same active size (d_ff 1024) and one of the same total size
 (d_ff 4096), on 1024 tokens, one thread. Time: ``profiling.time_call(cpu_time=True)``, the CPU
 time of the one thread (the minimum of 5, after 2 warm-up runs), which other processes on the
@@ -21,19 +21,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
+from moe import D, E, F, K, N, three_layers  # noqa: E402
+
 from transformer_lib.device import cpu_threads  # noqa: E402
-from transformer_lib.feedforward import FeedForward  # noqa: E402
-from transformer_lib.moe import MixtureOfExperts  # noqa: E402
 from transformer_lib.profiling import time_call  # noqa: E402
 
-D, F, E, K, N, REPEATS = 256, 512, 8, 2, 1024, 5
+REPEATS = 5
 
 
 def one_repetition(seed: int) -> dict:
     torch.manual_seed(seed)
-    layers = {"moe": MixtureOfExperts(D, F, E, K),
-              "dense_active": FeedForward(D, K * F, activation="swiglu", bias=False),
-              "dense_total": FeedForward(D, E * F, activation="swiglu", bias=False)}
+    layers = dict(zip(("moe", "dense_active", "dense_total"), three_layers().values()))  # moe.py's, in its order
     x = torch.randn(N, D)
     row = {"seed": seed}
     with cpu_threads(1), torch.no_grad():

@@ -145,15 +145,15 @@ def _next_token_loss(model, batch):
     return F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1))
 
 
-def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal")) -> dict:
+def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal"), multiples=MULTIPLES) -> dict:
     rule = torch.randint(0, V, (V, V), generator=torch.Generator().manual_seed(1))  # the chapter's rule
-    loss = {scheme: {m: [] for m in MULTIPLES} for scheme in schemes}
+    loss = {scheme: {m: [] for m in multiples} for scheme in schemes}
     for seed in seeds:
         train = _markov_batch(rule, STEPS * 32, TRAIN_LEN + 1, torch.Generator().manual_seed(seed))
         train = train.view(STEPS, 32, TRAIN_LEN + 1)  # (steps, B, L + 1)
         tests = {m: _markov_batch(rule, 64, m * TRAIN_LEN + 1, torch.Generator().manual_seed(100 + m * TRAIN_LEN
                                                                                                + 1000 * seed))
-                 for m in MULTIPLES}
+                 for m in multiples}
         for scheme in schemes:
             tl.seed_everything(seed)
             model = tl.DecoderOnlyLM(V, d_model=32, num_heads=8, num_layers=1, max_len=TRAIN_LEN,
@@ -166,25 +166,25 @@ def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal")) -
                         per_token = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
                         loss[scheme][m].append(per_token[:, -24:].mean().item())  # the last 24 predictions
         print(f"  rope: seed {seed} done", flush=True)
-    out = {"seeds": seeds, "multiples": list(MULTIPLES), "steps": STEPS,
+    out = {"seeds": seeds, "multiples": list(multiples), "steps": STEPS,
            "criterion": {"holds_within_nats": HOLDS, "breaks_beyond_nats": BREAKS,
                          "measured_against": "the same model's loss at 1x"},
            "schemes": {}}
     for scheme in schemes:
-        excess = {m: [a - b for a, b in zip(loss[scheme][m], loss[scheme][1])] for m in MULTIPLES}
+        excess = {m: [a - b for a, b in zip(loss[scheme][m], loss[scheme][1])] for m in multiples}
         holds_to = []  # per seed: the largest multiple up to which every multiple holds
         for k in range(len(seeds)):
             best = 1
-            for m in MULTIPLES[1:]:
+            for m in multiples[1:]:
                 if excess[m][k] > HOLDS:
                     break
                 best = m
             holds_to.append(best)
         out["schemes"][scheme] = {
-            "loss": {str(m): spread(loss[scheme][m]) for m in MULTIPLES},
-            "excess_over_1x": {str(m): spread(excess[m]) for m in MULTIPLES[1:]},
+            "loss": {str(m): spread(loss[scheme][m]) for m in multiples},
+            "excess_over_1x": {str(m): spread(excess[m]) for m in multiples[1:]},
             "holds_up_to_multiple": holds_to,
-            "seeds_broken_at": {str(m): sum(e > BREAKS for e in excess[m]) for m in MULTIPLES[1:]},
+            "seeds_broken_at": {str(m): sum(e > BREAKS for e in excess[m]) for m in multiples[1:]},
         }
     return out
 

@@ -49,12 +49,12 @@ def first_step_below(losses, level=0.5, window=5):
     return int(below[0]) + window - 1 if below.size else None
 
 
-def train_copy(norm_first, warmup_steps, seed):
+def train_copy(norm_first, warmup_steps, seed, lr=LR):
     tl.seed_everything(seed)
     model = tl.DecoderOnlyLM(VOCAB, d_model=32, num_heads=4, num_layers=6, max_len=16, norm_first=norm_first,
                              activation="relu", tie_weights=False)
     data = torch.Generator().manual_seed(seed)
-    losses = fit(model, lambda step: copy_sequences(BATCH, data), copy_loss, STEPS, lr=LR,
+    losses = fit(model, lambda step: copy_sequences(BATCH, data), copy_loss, STEPS, lr=lr,
                  warmup_steps=warmup_steps, grad_clip=1.0, progress=False)["loss"]
     return {"final_loss": float(np.mean(losses[-15:])), "accuracy": copy_accuracy(model),
             "first_step_below_0.5": first_step_below(losses)}

@@ -17,11 +17,10 @@ LR = 1e-3
 
 def main(argv=None) -> int:
     args, elapsed = seed_sweep(__doc__, argv)
-    warmup.LR = LR  # train_copy reads the module's learning rate
     settings = {}
     for norm_first in (False, True):
         key = f"{'pre' if norm_first else 'post'}_ln_warmup_0"
-        settings[key] = [warmup.train_copy(norm_first, 0, seed) for seed in range(args.seeds)]
+        settings[key] = [warmup.train_copy(norm_first, 0, seed, lr=LR) for seed in range(args.seeds)]
         print(key, settings[key], flush=True)
     write_results("warmup_low_lr", {"seeds": list(range(args.seeds)), "steps": warmup.STEPS, "lr": LR,
                                     "warmup_steps": 0, "settings": settings, **elapsed()})
