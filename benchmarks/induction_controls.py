@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
-from transformer_lib.circuits import ablated_logits  # noqa: E402
+from transformer_lib.ablation import ablated_logits  # noqa: E402
 from transformer_lib import induction as ind  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "results" / "induction.json"

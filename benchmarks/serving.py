@@ -16,7 +16,7 @@ Two arrival patterns of the same requests: *offline* (all at time 0: a batch job
 servers' capacity) and *online* (Poisson arrivals, ``--rate`` per second (2): the latency a user
 feels, queueing included).
 
-Servers (``serving.scheduler``; each on fresh copies of the requests, in this order, one after the other):
+Servers (``serving.baselines`` and ``serving.scheduler``; each on fresh copies of the requests, in this order, one after the other):
 
 * one-at-a-time - each request alone with the plain KVCache, in arrival order, the next after it;
 * static        - up to ``--batch`` (8) arrived requests decoded together to the end of the longest
@@ -65,7 +65,8 @@ sys.path.insert(0, str(ROOT.parent))
 from _results import describe, machine, write_results  # noqa: E402
 
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
-from transformer_lib.serving.scheduler import serve_continuous, serve_one_at_a_time, serve_static  # noqa: E402
+from transformer_lib.serving.baselines import serve_one_at_a_time, serve_static  # noqa: E402
+from transformer_lib.serving.scheduler import serve_continuous  # noqa: E402
 from transformer_lib.serving.workload import latency_summary, make_workload  # noqa: E402
 
 PROMPTS, OUTPUTS, BLOCK, NUM_BLOCKS, BUDGET = (16, 96), (8, 40), 16, 256, 512

@@ -13,7 +13,8 @@ import transformer_lib as tl
 from transformer_lib.sampling import generate_ids
 from transformer_lib.serving.packed_linear import (KERNEL_MAX_ROWS, PackedLinears, available, dot_error_bound, kernel_available,
                                                    linear_rows, packed_linear)
-from transformer_lib.serving.scheduler import serve_continuous, serve_static
+from transformer_lib.serving.baselines import serve_static
+from transformer_lib.serving.scheduler import serve_continuous
 from transformer_lib.serving.workload import make_workload
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN")

@@ -9,7 +9,8 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib.sampling import generate_ids
-from transformer_lib.serving.scheduler import ContinuousBatcher, serve_continuous, serve_one_at_a_time, serve_static
+from transformer_lib.serving.baselines import serve_one_at_a_time, serve_static
+from transformer_lib.serving.scheduler import ContinuousBatcher, serve_continuous
 from transformer_lib.serving.workload import Request, latency_summary, make_workload, percentile
 
 V = 89

@@ -59,7 +59,7 @@ def _check_k_composition(answer):
                "clone it, set z[:, :, head] to its mean over the batch (dim 0, keepdim=True), return it; then "
                "run the model and return induction.in_context_loss(logits, tokens, in_context)")
 def _check_position_mean_ablation(answer):
-    from ..circuits import ablated_logits
+    from ..ablation import ablated_logits
     from ..induction import in_context_loss, repeated_random_tokens
     cases = 0
     for seed, layer, head in ((0, 0, 1), (1, 1, 2), (2, 1, 0)):

@@ -60,7 +60,6 @@ class StepPlan:
     write slots, the one-token rows' gather index and additive mask, each chunk's span."""
 
     def __init__(self, cache: PagedKVCache, seqs: list, counts: list[int]):
-        bs = cache.block_size
         past = [cache.seq_lengths[s] for s in seqs]
         self.positions = torch.cat([torch.arange(p, p + n) for p, n in zip(past, counts)])  # (T,)
         ends = torch.tensor(counts).cumsum(0)
