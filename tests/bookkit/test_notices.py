@@ -27,7 +27,8 @@ def test_code_and_prose_licences_name_the_holder():
     assert code.startswith("MIT License") and "The Transformers, Interactively authors" in code
     prose = (ROOT / "LICENSE-CONTENT.md").read_text()
     assert "CC BY 4.0" in prose and "creativecommons.org/licenses/by/4.0" in prose and "Why CC BY 4.0" in prose
-    assert PYPROJECT["project"]["license"] == {"text": "MIT"}
+    assert PYPROJECT["project"]["license"] == "MIT"
+    assert {"LICENSE", "THIRD-PARTY-NOTICES.md"} <= set(PYPROJECT["project"]["license-files"])
 
 
 def test_every_shipped_data_file_has_a_notice():
