@@ -13,8 +13,10 @@ measure live inside its 60 s budget:
 * ``collectives``: bytes each rank sent (``/proc/self/io``) for all-reduce, all-gather and
   reduce-scatter of 1 MB and 16 MB on 2 and 4 ranks, against the ring formulas, and the time.
 * ``step_bytes``: bytes a rank sent in one training step under DDP and FSDP.
-* ``bubble``: the pipeline's measured idle fraction on 2 stages for 1-16 micro-batches (4 stages
-  are listed too, but 4 processes on 2 cores share the cores, so their busy times are inflated).
+* ``bubble``: the pipeline's measured idle fraction on 2 and 4 stages that compute, for 1-16
+  micro-batches, once each. On cores shared with other processes these timings measure the load
+  as much as the schedule; chapter 18 reads ``benchmarks/pipeline_bubble.py``'s repeated timings
+  of stages of fixed duration instead.
 
 Four ranks on a 2-core machine are oversubscribed: fine for agreement, bytes and memory, not
 for times. The load average is recorded with the machine.

@@ -10,7 +10,8 @@ stage-time spent idle -- the *bubble* -- is
 
 More micro-batches shrink it (GPipe's rule of thumb: m >= 4p); a backward pass has the same bubble
 again. :func:`pipeline_forward` runs the schedule for real (send/recv between processes) and
-measures each stage's busy time, so the formula can be checked against a clock.
+measures each stage's busy time, so the formula can be checked against a clock (with stages of a
+fixed duration, ``stage_seconds``, on a machine whose cores are shared).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .._checks import check_pipeline
+from .._checks import check_number, check_pipeline
 from ..device import seed_everything
 from ..layers import TransformerBlock
 
@@ -41,35 +42,53 @@ def pipeline_stages(stages: int, layers_per_stage: int = 2, d_model: int = 128, 
 
 @torch.no_grad()
 def pipeline_forward(rank: int, world_size: int, micro_batches: int, rows: int = 4, length: int = 64,
-                     d_model: int = 128, layers_per_stage: int = 2, seed: int = 0) -> dict:
+                     d_model: int = 128, layers_per_stage: int = 2, seed: int = 0,
+                     stage_seconds: float = 0.0) -> dict:
     """Run on every rank of a group (rank = stage): push ``micro_batches`` micro-batches of
-    (rows, length, d_model) through the stages. Returns this stage's busy seconds, the wall time
-    from the common start to its last send, and (last stage) the outputs, for checking them
-    against the unsplit model."""
+    (rows, length, d_model) through the stages. Returns this stage's busy seconds, the pipeline's
+    wall time (from the first stage's start to the last stage's end) and (last stage) the outputs,
+    for checking them against the unsplit model.
+
+    ``stage_seconds`` > 0 adds that many seconds of sleep to a stage's work on every micro-batch:
+    work of a fixed duration that needs no core, as a GPU kernel is for the CPU thread waiting on
+    it. With small stages the schedule then sets the timing, not how busy the machine's cores are
+    (stages that compute on cores shared with other processes are slowed down by them at random
+    moments, and each such delay counts as busy time on one rank and as idle time on the next)."""
     check_pipeline(world_size, micro_batches)
+    check_number("stage_seconds", stage_seconds, 0)
     stage = pipeline_stages(world_size, layers_per_stage, d_model, seed)[rank]
     inputs = torch.randn(micro_batches, rows, length, d_model, generator=torch.Generator().manual_seed(seed + 1))
-    buffer = torch.empty(rows, length, d_model)
     stage(inputs[0])  # warm up the kernels outside the clock
+    # As real pipelines do, a stage posts its receives ahead (irecv) and sends without waiting for
+    # the next stage to take the message (isend): it stalls only when its input has not arrived.
+    received = [torch.empty(rows, length, d_model) for _ in range(micro_batches)] if rank > 0 else []
     dist.barrier()
-    start, busy, outputs = time.perf_counter(), 0.0, []
+    receives = [dist.irecv(buffer, src=rank - 1) for buffer in received]
+    # time.time(): the one clock every process on the machine reads alike. Each rank leaves the
+    # barrier at its own moment (later when the machine is busy), so the pipeline's wall time is
+    # taken from the earliest start to the latest end, not as the longest of the ranks' own spans.
+    start, busy, outputs, sends = time.time(), 0.0, [], []
     for i in range(micro_batches):
         if rank == 0:
             x = inputs[i]  # (rows, length, d_model)
         else:
-            dist.recv(buffer, src=rank - 1)  # waiting here is the bubble
-            x = buffer
+            receives[i].wait()  # waiting here is the bubble
+            x = received[i]
         t0 = time.perf_counter()
         y = stage(x)  # (rows, length, d_model)
+        if stage_seconds:
+            time.sleep(stage_seconds)
         busy += time.perf_counter() - t0
         if rank < world_size - 1:
-            dist.send(y.contiguous(), dst=rank + 1)
+            outputs.append(y.contiguous())  # kept alive until its send completes
+            sends.append(dist.isend(outputs[-1], dst=rank + 1))
         else:
             outputs.append(y.clone())
-    wall = time.perf_counter() - start
-    walls = torch.tensor([wall])
-    dist.all_reduce(walls, op=dist.ReduceOp.MAX)  # the pipeline's time: until the last stage is done
-    result = {"busy": busy, "wall": walls.item()}
+    for send in sends:
+        send.wait()
+    span = torch.tensor([-start, time.time()], dtype=torch.float64)
+    dist.all_reduce(span, op=dist.ReduceOp.MAX)  # (-earliest start, latest end)
+    result = {"busy": busy, "wall": (span[0] + span[1]).item()}
     if rank == world_size - 1:
         result["outputs"] = torch.stack(outputs)  # (m, rows, length, d_model)
         result["inputs"] = inputs
