@@ -1,7 +1,8 @@
 """Preference tuning: DPO's beta sweep over seeds, and plain fine-tuning on the chosen answers
 (SFT) beside it, on the book's own GPT (issue 28, chapter 22).
 
-    nice -n 10 .venv/bin/python benchmarks/preference.py            # 4 betas + SFT, 3 seeds (~4 CPU-minutes)
+    nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5  # 4 betas + SFT, 5 seeds (~7 CPU-minutes)
+    nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5 --extend  # only the seeds the file lacks
     .venv/bin/python benchmarks/preference.py --quick               # 2 betas + SFT, 1 seed, 40 steps
 
 Setting: the reference is chapter 16's GPT (``load_gpt_checkpoint``, 170k parameters, trained on
@@ -17,8 +18,13 @@ on held-out pairs every 10 steps; after training, on the held-out prompts (each 
 the win rate of the tuned model's samples over the reference's (same judge, ties half), the mean
 e-share of its samples, the KL to the reference estimated on its own samples (mean of
 log pi - log pi_ref per 16-token answer, in nats) and the perplexity on the held-out prose (the
-cost on what the model could do). It prints a table, asserts nothing, and writes
-benchmarks/results/preference.json for chapter 22.
+cost on what the model could do). Also per run: the mean e-share of its training pairs' chosen
+answers and of both of the reference's answers on the training prompts (the scale the chosen share
+is read on). Per seed, ``sft_curve``: SFT trained for twice the steps, its held-out e-share, KL and
+win rate every 20 steps (does SFT stop at the chosen answers' share, or only pass through it?).
+``--extend`` keeps the runs already in the results file and adds the seeds it lacks (the curves and
+the training-pair shares are recomputed for every seed: they are cheap). It prints a table,
+asserts nothing, and writes benchmarks/results/preference.json for chapter 22.
 """
 from __future__ import annotations
 
@@ -86,7 +92,30 @@ def run(method: str, beta: float | None, seed: int, steps: int, data: dict) -> d
         out["eval_accuracy"] = history["eval_accuracy"][-1]
     out.update(evaluate_samples(policy, reference, data["val_prompts"], tok.decode, seed=2000 + seed))
     out["val_perplexity"] = perplexity(evaluate_lm(policy, data["val_ids"], 64))
+    out.update(pair_shares(pairs))
     return out
+
+
+def pair_shares(pairs) -> dict:
+    """The e-share of the chosen answers, and of all the reference's answers, on the training prompts."""
+    chosen, rejected = -pairs.chosen_score, -pairs.rejected_score
+    return {"chosen_e_share": float(chosen.mean()), "reference_train_e_share": float(torch.cat([chosen, rejected]).mean())}
+
+
+def sft_curve(seed: int, steps: int, data: dict, every: int = 20) -> dict:
+    """SFT on seed ``seed``'s chosen answers for ``steps`` steps, evaluated every ``every`` steps."""
+    reference, tok = data["reference"], data["tok"]
+    pairs = make_pairs(reference, data["train_prompts"], ANSWER_TOKENS, judge, tok.decode, seed=seed)
+    policy = copy.deepcopy(reference)
+    points = []
+
+    def callback(step, history):
+        if (step + 1) % every == 0:
+            points.append({"step": step + 1, **evaluate_samples(policy, reference, data["val_prompts"], tok.decode,
+                                                                seed=2000 + seed)})
+
+    train_sft(policy, pairs, steps, BATCH, LR, seed, callback=callback)
+    return {"seed": seed, **pair_shares(pairs), "points": points}
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -102,7 +131,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def save(args, steps, betas, seeds, reference_ppl, data, runs, complete: bool) -> list[dict]:
+def save(args, steps, betas, seeds, reference_ppl, data, runs, complete: bool, curves=()) -> list[dict]:
     rows = summarize(runs)
     write_results("preference", {
         "settings": {"steps": steps, "batch_size": BATCH, "lr": LR, "prompt_tokens": PROMPT_TOKENS,
@@ -110,7 +139,7 @@ def save(args, steps, betas, seeds, reference_ppl, data, runs, complete: bool) -
                      "seeds": list(seeds), "quick": args.quick, "threads": args.threads, "complete": complete},
         "reference": {"val_perplexity": reference_ppl,
                       "train_prompts": len(data["train_prompts"]), "val_prompts": len(data["val_prompts"])},
-        "rows": rows, "runs": runs})
+        "rows": rows, "runs": runs, "sft_curve": list(curves)})
     return rows
 
 
@@ -120,6 +149,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--extend", action="store_true",
+                        help="keep the runs of the existing results file; run only the seeds it lacks")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     betas = [0.1, 1.0] if args.quick else [0.03, 0.1, 0.3, 1.0]
@@ -133,8 +164,17 @@ def main() -> None:
             "val_prompts": sentence_prompts(val_text, tok.encode, PROMPT_TOKENS),
             "val_ids": torch.tensor(tok.encode(val_text), dtype=torch.long)}
     reference_ppl = perplexity(evaluate_lm(reference, data["val_ids"], 64))
-    runs = []
+    runs, done = [], set()
+    if args.extend:
+        import json
+        old = json.loads((ROOT / "results" / "preference.json").read_text())
+        if (old["settings"]["steps"], old["settings"]["betas"]) != (steps, betas):
+            raise SystemExit("--extend: the results file has other steps or betas; run without --extend")
+        runs = old["runs"]
+        done = {r["seed"] for r in runs}
     for seed in seeds:
+        if seed in done:
+            continue
         for beta in betas:
             runs.append(run("dpo", beta, seed, steps, data))
             print(f"dpo beta={beta:<5} seed={seed}: win {runs[-1]['win_rate']:.3f}, kl {runs[-1]['kl']:.2f}, "
@@ -144,7 +184,19 @@ def main() -> None:
               f"ppl {runs[-1]['val_perplexity']:.1f}", flush=True)
         if seed != seeds[-1]:  # a partial file after each seed, so an interrupted run leaves its seeds
             save(args, steps, betas, seeds[: seed + 1], reference_ppl, data, runs, complete=False)
-    rows = save(args, steps, betas, seeds, reference_ppl, data, runs, complete=True)
+    shares = {}
+    for r in runs:  # runs kept from the file lack the training-pair shares: the pairs are cheap to redraw
+        if "chosen_e_share" not in r:
+            if r["seed"] not in shares:
+                pairs = make_pairs(reference, data["train_prompts"], ANSWER_TOKENS, judge, tok.decode, seed=r["seed"])
+                shares[r["seed"]] = pair_shares(pairs)
+            r.update(shares[r["seed"]])
+    curves = []
+    for seed in seeds:
+        curves.append(sft_curve(seed, 2 * steps, data))
+        print(f"sft curve seed={seed}: chosen share {curves[-1]['chosen_e_share']:.3f}; e-share by step "
+              + ", ".join(f"{p['step']}: {p['e_share']:.3f}" for p in curves[-1]["points"]), flush=True)
+    rows = save(args, steps, betas, seeds, reference_ppl, data, runs, complete=True, curves=curves)
     info = machine()
     print(f"\nPreference tuning of the book GPT, {steps} steps of {BATCH} pairs ({describe(info)}); "
           f"reference: held-out perplexity {reference_ppl:.1f}")

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from transformer_lib.data import load_gpt_checkpoint
-from transformer_lib.preference import (dpo_loss, letter_share, make_pairs, preference_metrics, sentence_prompts,
-                                        sequence_logprobs, train_dpo, train_sft, win_rate)
+from transformer_lib.preference import (RewardModel, dpo_loss, letter_share, make_pairs, preference_metrics,
+                                        reward_accuracy, sentence_prompts, sequence_logprobs, train_dpo,
+                                        train_reward_model, train_sft, win_rate)
 
 
 def _batch(B=3, L=7, V=11, seed=0, dtype=torch.float64):
@@ -397,3 +398,19 @@ def test_sft_raises_the_chosen_answers_likelihood(book_gpt):
         train_sft(policy, pairs, steps=0)
     with pytest.raises(ValueError, match="lr"):
         train_dpo(policy, reference, pairs, beta=0.1, steps=1, lr=0)
+
+
+def test_reward_model_learns_the_judges_order_and_leaves_the_model_alone(book_gpt):
+    reference, _, _, _, pairs = book_gpt
+    before = copy.deepcopy(reference.state_dict())
+    torch.manual_seed(0)
+    reward_model = RewardModel(reference)
+    assert reward_model(pairs.chosen[:5]).shape == (5,)
+    history = train_reward_model(reward_model, pairs, steps=30, batch_size=16, lr=3e-3)
+    assert len(history["loss"]) == 30 and not reward_model.training
+    assert sum(history["loss"][-5:]) / 5 < sum(history["loss"][:5]) / 5
+    assert reward_accuracy(reward_model, pairs) > 0.7
+    for name, value in reference.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    with pytest.raises(ValueError, match="steps"):
+        train_reward_model(reward_model, pairs, steps=0)

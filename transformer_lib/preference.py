@@ -13,11 +13,13 @@ no reward model and no sampling during training: four sequence log-probabilities
 
 The pieces, in the order the chapter builds them: :func:`sequence_logprobs` (log pi(y|x) of an
 answer from a model's logits), :func:`dpo_loss`, a visible judge (:func:`letter_share`) and the
-pairs it decides (:func:`make_pairs`), :func:`train_dpo` against :func:`train_sft` (plain
-fine-tuning on the chosen answers), and :func:`win_rate`.
+pairs it decides (:func:`make_pairs`), RLHF's first stage for comparison (:class:`RewardModel`,
+:func:`train_reward_model`, :func:`reward_accuracy`), :func:`train_dpo` against :func:`train_sft`
+(plain fine-tuning on the chosen answers), and :func:`win_rate`.
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -34,7 +36,8 @@ from .training import History, train_loop
 
 __all__ = ["sequence_logprobs", "dpo_loss", "letter_share", "win_rate", "sentence_prompts", "PreferencePairs",
            "make_pairs",
-           "pair_logprobs", "preference_metrics", "train_dpo", "train_sft"]
+           "pair_logprobs", "preference_metrics", "train_dpo", "train_sft", "RewardModel", "train_reward_model",
+           "reward_accuracy"]
 
 
 def sequence_logprobs(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -233,3 +236,43 @@ def train_sft(policy: nn.Module, pairs: PreferencePairs, steps: int, batch_size:
         return -(sequence_logprobs(policy(tokens), tokens, mask) / n_answer[index]).mean()
 
     return train_loop(policy, optimizer, steps, step_fn, callback=callback, train_mode=False)
+
+
+class RewardModel(nn.Module):
+    """RLHF's first stage: a reward model r(x, y), the body of a language model (a copy: the model
+    given is left alone) with a scalar head read at the last position, the end of the answer (every
+    answer of :class:`PreferencePairs` has the same length). Fitted to pairs by
+    :func:`train_reward_model`, as in InstructGPT (Ouyang et al. 2022), which also started its
+    reward model from a language model."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.body = copy.deepcopy(lm)
+        self.body.head = nn.Identity()  # the final norm's output (B, L, D) instead of the logits
+        self.score = nn.Linear(lm.embed.embedding_dim, 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.score(self.body(tokens)[:, -1]).squeeze(-1)  # (B,): one reward per sequence
+
+
+def train_reward_model(model: RewardModel, pairs: PreferencePairs, steps: int, batch_size: int = 16,
+                       lr: float = 1e-3, seed: int = 0, callback=None) -> History:
+    """Fit ``model`` to ``pairs`` by Bradley-Terry's likelihood, ``-log sigmoid(r(chosen) - r(rejected))``,
+    with the batches and optimizer of :func:`train_dpo` (dropout off). Returns the per-step ``loss``."""
+    check_training_args(steps, batch_size, lr, seed)
+    check_trainable("model", model, "nothing to train")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(seed)
+
+    def step_fn(step):
+        index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
+        return -F.logsigmoid(model(pairs.chosen[index]) - model(pairs.rejected[index])).mean()
+
+    return train_loop(model, optimizer, steps, step_fn, callback=callback, train_mode=False)
+
+
+@torch.no_grad()
+def reward_accuracy(model: nn.Module, pairs: PreferencePairs) -> float:
+    """The share of ``pairs`` whose chosen answer gets the strictly larger reward from ``model``."""
+    model.eval()
+    return (model(pairs.chosen) > model(pairs.rejected)).double().mean().item()
