@@ -2,7 +2,7 @@
 known, at four compute budgets spanning 33x, the law fitted to them, a prediction written down,
 then a larger held-out run (4x the largest budget) that checks it. Chapter 31 reads the results.
 
-    OMP_NUM_THREADS=1 nice python benchmarks/scaling.py sweep --workers 4  # ~7 minutes of CPU (30 runs)
+    OMP_NUM_THREADS=1 nice python benchmarks/scaling.py sweep --workers 4  # ~8 minutes of CPU (44 runs)
     OMP_NUM_THREADS=1 nice python benchmarks/scaling.py predict   # fit, choose and predict the held-out run
     OMP_NUM_THREADS=1 nice python benchmarks/scaling.py heldout   # ~1.5 minutes: train it, record the loss
 
@@ -17,7 +17,7 @@ twice: D is the number of distinct tokens, as in Chinchilla's one-epoch runs). T
 ``DecoderOnlyLM``s of 2 blocks, width 16 to 128 (head width 16), trained with the chapter-16
 recipe (AdamW with decay on matrices, warmup, cosine decay to 10% over exactly the run's length,
 clipping). At each budget C three to five widths around the expected optimum are trained for
-C / flops_per_token tokens; the two smallest budgets are run on three seeds.
+C / flops_per_token tokens; the two smallest budgets are run on five seeds.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ TRAIN = dict(lr=2e-3, weight_decay=0.1, warmup_frac=0.05, min_lr_ratio=0.1, grad
 WIDTHS = [16, 24, 32, 48, 64, 96, 128]
 BUDGETS = [6e10 * 3.2 ** i for i in range(-1, 3)]  # FLOPs: 1.9e10 .. 6.1e11 (32.8x)
 SIZES_AT = {0: WIDTHS[:3], 1: WIDTHS[:4], 2: WIDTHS[:5], 3: WIDTHS[2:6]}  # widths trained at each budget
-SMALL_SEEDS = {0: [0, 1, 2], 1: [0, 1, 2]}  # the two smallest budgets, on three seeds
+SMALL_SEEDS = {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}  # the two smallest budgets, on five seeds
 HELDOUT_FACTOR = 4.0  # the held-out run's compute / the largest budget's
 HELDOUT_WIDTHS = [48, 64, 96, 128, 160]  # candidates for it (the best predicted one is trained)
 VAL_WINDOWS, VAL_SEED = 2048, 10_000  # 65,536 validation tokens, the same for every run
