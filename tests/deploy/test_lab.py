@@ -218,7 +218,9 @@ def test_a_solution_opens_folded_and_one_click_shows_it(lab):
             page.wait_for_timeout(1000)
             body = "x.pow(2).mean(dim=-1, keepdim=True)"
             exercise = page.locator(".jp-CodeCell", has_text="def mean_of_squares(x):").first
-            assert "YOUR CODE HERE" in exercise.inner_text()  # the stub is shown
+            # JupyterLab renders only the cells near the viewport: bring the exercise into view first
+            exercise.scroll_into_view_if_needed()
+            sync_api.expect(exercise).to_contain_text("YOUR CODE HERE", timeout=30_000)  # the stub is shown
             assert page.get_by_text(body).count() == 0 or not page.get_by_text(body).first.is_visible(), \
                 "the solution's code is visible on load"
             folded = page.locator(".jp-Cell .jp-InputPlaceholder")
