@@ -8,7 +8,7 @@ The one home for measurement in the library: chapters and benchmarks time with
   (on a shared machine the minimum is the least disturbed run) or, with
   ``statistic="median"``, their median (the typical run, what a benchmark table reports;
   :func:`median_time` is that shortcut). On the CPU it can also measure one thread's CPU time,
-  which a busy machine does not inflate.
+  which waiting for a core does not inflate.
 * :func:`peak_memory` measures the extra memory a call needs at its peak: CUDA's allocator
   statistics on a GPU, the process's peak resident size on a Linux CPU.
 * :func:`machine_info` describes the machine a measurement was taken on (for results files).
@@ -68,7 +68,9 @@ def time_call(fn: Callable, *args, repeats: int = 5, warmup: int = 1, device=Non
 
     ``cpu_time=True`` (CPU only) measures the CPU time of one thread instead of the wall clock:
     torch is limited to one thread for the measurement and ``time.thread_time`` does not count
-    the time the thread spends waiting for a core, so a busy machine barely changes the result.
+    the time the thread spends waiting for a core. Other programs still slow the thread through
+    the shared caches and memory bandwidth, so on a busy machine the result still moves from run
+    to run (dense attention's one-thread rounds in ``benchmarks/results/sparse.json`` span 25%).
     Use it to compare the *shares* of different operations; it is not the wall time a user sees
     on a multi-core machine.
 
