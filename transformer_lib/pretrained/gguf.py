@@ -3,8 +3,9 @@
 GGUF is llama.cpp's single-file format: a header of typed key/value metadata (architecture,
 sizes, the tokenizer's vocabulary and merges, a chat template) followed by tensors, most of them
 quantized in blocks (Q4_1: 32 weights share a float16 scale and minimum, 4 bits each). The
-``gguf`` package, maintained with llama.cpp, parses the file through a memory map (no pickle, no
-code execution) and :func:`gguf.quants.dequantize` turns each block format back into float32.
+header is read by :class:`~.gguf_file.GGUFFile` (plain parsing and a memory map: no pickle, no
+code execution; the ``gguf`` package's own reader, maintained with llama.cpp, is the reference it is
+tested against), and :func:`gguf.quants.dequantize` turns each block format back into float32.
 
 We keep the file's tensor layout: an (out, in) matrix as ``nn.Linear`` stores it, and GGUF's
 names (``blk.0.attn_q.weight``). One quirk matters for attention (chapter 17, "Grouped-query
@@ -32,7 +33,7 @@ GGUF_INSTALL_HINT = "pip install gguf tokenizers"
 
 # GGUF's tokenizer.ggml.token_type codes (llama.cpp's llama_token_type)
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
-# The big tokenizer arrays are read lazily, on request only (49,152 strings each).
+# The big tokenizer arrays (49,152 strings each), left out by include_tokenizer=False.
 _LARGE_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
                "tokenizer.ggml.scores")
 
@@ -45,9 +46,8 @@ def _require(module: str, what: str) -> None:
 
 def _reader(path: str | Path):
     _require("gguf", "reading a GGUF file")
-    import gguf
-    path = check_gguf_file(path)
-    return gguf.GGUFReader(str(path))  # a memory map: nothing is copied yet
+    from .gguf_file import GGUFFile
+    return GGUFFile(check_gguf_file(path))  # the header parsed, the tensors a memory map
 
 
 def read_gguf(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -65,12 +65,7 @@ def read_gguf_metadata(path: str | Path, include_tokenizer: bool = True) -> dict
 
 
 def _metadata(reader, include_tokenizer: bool) -> dict[str, Any]:
-    meta = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or (not include_tokenizer and key in _LARGE_KEYS):
-            continue
-        meta[key] = field.contents()
-    return meta
+    return {key: value for key, value in reader.metadata.items() if include_tokenizer or key not in _LARGE_KEYS}
 
 
 def read_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
@@ -82,15 +77,24 @@ def read_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.float32) -> d
 
 
 def _tensors(reader, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Each tensor dequantized: Q4_1 and Q8_0 (SmolLM2's) by the library's own block decoder,
+    :func:`transformer_lib.quantization.formats.dequantize_blocks`, in one pass over a whole tensor
+    (the same float32 arithmetic as ``gguf.quants.dequantize``, which walks 16 rows at a time and
+    takes ~2 s of CPU for SmolLM2; tests/test_pretrained.py holds them equal), any other block
+    format by ``gguf.quants.dequantize``."""
     from gguf.quants import dequantize
 
+    from ..quantization.formats import dequantize_blocks
     tensors = {}
     for t in reader.tensors:
-        array = dequantize(t.data, t.tensor_type)  # float32, row-major, shape = reversed(t.shape)
-        array = np.asarray(array, dtype=np.float32)
-        if not array.flags.writeable:  # F32 tensors come back as views of the read-only memory map
-            array = array.copy()
-        tensors[t.name] = torch.from_numpy(array).to(dtype)
+        rows = tuple(reversed(t.shape))  # GGUF lists dimensions fastest first
+        if t.tensor_type.name in ("Q4_1", "Q8_0"):  # (rows ..., bytes per row) of whole 32-weight blocks
+            blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8)).reshape(-1, t.data.shape[-1])
+            tensor = dequantize_blocks(blocks, t.tensor_type.name.lower(), 32).reshape(rows)
+        else:
+            array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)  # row-major, shape = rows
+            tensor = torch.from_numpy(array.copy() if not array.flags.writeable else array)  # F32: a view of the map
+        tensors[t.name] = tensor.to(dtype)
     return tensors
 
 

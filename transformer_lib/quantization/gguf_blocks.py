@@ -9,7 +9,7 @@ rows of W^Q and W^K (llama.cpp's rotary order, :func:`~transformer_lib.pretraine
 a block lies inside one row, so rows move with their blocks. The model's logits then equal the
 dequantized float32 model's up to float32 rounding (tests/test_quantization.py).
 
-The file is parsed with the ``gguf`` package (a memory map, no code execution).
+The file is parsed by :class:`~transformer_lib.pretrained.gguf_file.GGUFFile` (a memory map, no code execution).
 """
 from __future__ import annotations
 
