@@ -2,8 +2,9 @@
 
     nice .venv/bin/python benchmarks/recall_seeds_lr_edge.py     # 20 runs, about 40 s of CPU
 
-``benchmarks/recall_seeds.py`` chose 3e-2, the largest of its three learning rates, for every
-(model, length): a choice at the edge of a grid says nothing about the rates beyond it. This script
+``benchmarks/recall_seeds.py``, first run with three learning rates (3e-3 to 3e-2), chose 3e-2, the
+largest, for every (model, length): a choice at the edge of a grid says nothing about the rates
+beyond it. (Its default grid now includes 1e-1, so run alone it writes the same 80 runs.) This script
 trains the same runs at ``--extra`` learning rates (default 1e-1), with the same seeds, budget and
 data as ``recall_seeds.train`` (one thread, so the runs already stored are reproduced exactly and
 need not be re-run), adds them to ``benchmarks/results/recall_seeds.json`` and applies the same
