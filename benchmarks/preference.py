@@ -1,5 +1,5 @@
 """Preference tuning: DPO's beta sweep over seeds, and plain fine-tuning on the chosen answers
-(SFT) beside it, on the book's own GPT (issue 28, chapter 22).
+(SFT) beside it, on the book's own GPT (chapter 22).
 
     nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5  # 4 betas + SFT, 5 seeds (~7 CPU-minutes)
     nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5 --extend  # only the seeds the file lacks

@@ -65,7 +65,7 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_cho
     ``beta * (policy - ref)`` of each answer (B,) and the mean of
     ``-log sigmoid(chosen_reward - rejected_reward)``. ``F.logsigmoid`` computes it stably: for a
     margin m of -1e4, ``log(sigmoid(m))`` would underflow to log(0) = -inf, while logsigmoid
-    returns m itself (and its gradient, sigmoid(-m), stays finite). Section "DPO in code".
+    returns m itself (and its gradient, sigmoid(-m), stays finite).
     """
     check_dpo_args(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta)
     chosen_rewards = beta * (policy_chosen - ref_chosen)  # (B,)
