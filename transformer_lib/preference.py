@@ -177,6 +177,15 @@ def _metrics(policy, pairs, ref_chosen, ref_rejected, beta) -> dict:
             "accuracy": (chosen > rejected).double().mean().item()}
 
 
+def _optimizer_and_batches(model: nn.Module, pairs: PreferencePairs, batch_size: int, lr: float, seed: int):
+    """What the three trainers below share: AdamW without weight decay on ``model``'s parameters,
+    and a draw of ``batch_size`` pair indices (uniform, with replacement, from a generator of its
+    own seeded by ``seed``, so the batches do not depend on the global random state)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(seed)
+    return optimizer, lambda: torch.randint(0, len(pairs), (batch_size,), generator=generator)
+
+
 def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, beta: float, steps: int,
               batch_size: int = 16, lr: float = 1e-3, seed: int = 0, eval_pairs: PreferencePairs | None = None,
               eval_every: int = 10, callback=None) -> History:
@@ -199,8 +208,7 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, b
     with torch.no_grad():
         ref_chosen, ref_rejected = pair_logprobs(reference, pairs)  # (N,) each, fixed
         ref_eval = None if eval_pairs is None else pair_logprobs(reference, eval_pairs)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(seed)
+    optimizer, draw = _optimizer_and_batches(policy, pairs, batch_size, lr, seed)
 
     def evaluate(step):
         metrics = {"steps": step, **{f"train_{k}": v for k, v in _metrics(policy, pairs, ref_chosen, ref_rejected,
@@ -210,7 +218,7 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, b
         return metrics
 
     def step_fn(step):
-        index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
+        index = draw()
         chosen, rejected = pair_logprobs(policy, pairs.subset(index))
         return dpo_loss(chosen, rejected, ref_chosen[index], ref_rejected[index], beta)[0]
 
@@ -226,12 +234,11 @@ def train_sft(policy: nn.Module, pairs: PreferencePairs, steps: int, batch_size:
     whose ``loss`` is the per-step loss (mean negative log-probability per answer token)."""
     check_training_args(steps, batch_size, lr, seed)
     check_trainable("policy", policy, "nothing to train")
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(seed)
+    optimizer, draw = _optimizer_and_batches(policy, pairs, batch_size, lr, seed)
     n_answer = pairs.mask[:, 1:].sum(-1).clamp_min(1)  # (N,) scored tokens per answer
 
     def step_fn(step):
-        index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
+        index = draw()
         tokens, mask = pairs.chosen[index], pairs.mask[index]
         return -(sequence_logprobs(policy(tokens), tokens, mask) / n_answer[index]).mean()
 
@@ -261,11 +268,10 @@ def train_reward_model(model: RewardModel, pairs: PreferencePairs, steps: int, b
     with the batches and optimizer of :func:`train_dpo` (dropout off). Returns the per-step ``loss``."""
     check_training_args(steps, batch_size, lr, seed)
     check_trainable("model", model, "nothing to train")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(seed)
+    optimizer, draw = _optimizer_and_batches(model, pairs, batch_size, lr, seed)
 
     def step_fn(step):
-        index = torch.randint(0, len(pairs), (batch_size,), generator=generator)
+        index = draw()
         return -F.logsigmoid(model(pairs.chosen[index]) - model(pairs.rejected[index])).mean()
 
     return train_loop(model, optimizer, steps, step_fn, callback=callback, train_mode=False)

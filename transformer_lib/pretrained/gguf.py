@@ -77,20 +77,22 @@ def read_gguf_tensors(path: str | Path, dtype: torch.dtype = torch.float32) -> d
 
 
 def _tensors(reader, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Each tensor dequantized: Q4_1 and Q8_0 (SmolLM2's) by the library's own block decoder,
+    """Each tensor dequantized: the block formats the library writes itself (Q4_1 and Q8_0,
+    SmolLM2's; ``quantization.formats.FORMATS``) by its own decoder,
     :func:`transformer_lib.quantization.formats.dequantize_blocks`, in one pass over a whole tensor
     (the same float32 arithmetic as ``gguf.quants.dequantize``, which walks 16 rows at a time and
-    takes ~2 s of CPU for SmolLM2; tests/test_pretrained.py holds them equal), any other block
+    takes ~2 s of CPU for SmolLM2; tests/test_gguf_file.py holds them equal), any other block
     format by ``gguf.quants.dequantize``."""
     from gguf.quants import dequantize
 
-    from ..quantization.formats import dequantize_blocks
+    from ..quantization.formats import FORMATS, dequantize_blocks
     tensors = {}
     for t in reader.tensors:
         rows = tuple(reversed(t.shape))  # GGUF lists dimensions fastest first
-        if t.tensor_type.name in ("Q4_1", "Q8_0"):  # (rows ..., bytes per row) of whole 32-weight blocks
+        fmt = t.tensor_type.name.lower()
+        if fmt in FORMATS.values():  # (rows ..., bytes per row) of whole 32-weight blocks
             blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8)).reshape(-1, t.data.shape[-1])
-            tensor = dequantize_blocks(blocks, t.tensor_type.name.lower(), 32).reshape(rows)
+            tensor = dequantize_blocks(blocks, fmt, 32).reshape(rows)
         else:
             array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)  # row-major, shape = rows
             tensor = torch.from_numpy(array.copy() if not array.flags.writeable else array)  # F32: a view of the map

@@ -27,8 +27,9 @@ import numpy as np
 __all__ = ["GGUFFile", "GGUFTensor"]
 
 _MAGIC = b"GGUF"
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+# GGUF's value types (gguf.GGUFValueType) that are numbers: code -> little-endian dtype
+_NUMBERS = {code: np.dtype(t) for code, t in {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4",
+                                              7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}.items()}
 _STRING, _ARRAY = 8, 9
 # element types whose arrays GGUF stores as plain numbers (F16/F32/...: one element per item)
 _PLAIN = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
@@ -100,9 +101,8 @@ class GGUFFile:
         return out
 
     def _scalar(self, kind: int):
-        fmt = _SCALARS[kind]
-        (value,) = struct.unpack(fmt, self._bytes(struct.calcsize(fmt)))
-        return value
+        dtype = _NUMBERS[kind]
+        return np.frombuffer(self._bytes(dtype.itemsize), dtype=dtype)[0].item()  # a Python int, float or bool
 
     def _string(self) -> str:
         return self._bytes(self._scalar(10)).decode("utf-8")
@@ -110,13 +110,13 @@ class GGUFFile:
     def _value(self, kind: int):
         if kind == _STRING:
             return self._string()
-        if kind in _SCALARS:
+        if kind in _NUMBERS:
             return self._scalar(kind)
         if kind != _ARRAY:
             raise ValueError(f"path: {self.path.name} has a value of unknown type {kind} at byte {self._at}")
         element, count = self._scalar(4), self._scalar(10)
-        if element in _NUMPY:  # numbers: one slice of the file
-            dtype = np.dtype(_NUMPY[element])
+        if element in _NUMBERS:  # numbers: one slice of the file
+            dtype = _NUMBERS[element]
             return np.frombuffer(self._bytes(count * dtype.itemsize), dtype=dtype).tolist()
         if element == _STRING:  # the vocabulary and merges: ~100,000 strings, read in one loop
             buf, at, out = self._buf, self._at, []
