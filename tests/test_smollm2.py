@@ -36,14 +36,14 @@ STRINGS = [
 
 @pytest.fixture(scope="module")
 def one_gguf_reader():
-    """A context in which the GGUF is parsed once. Its header (49,152 tokens and their merges, read
-    one field at a time: seconds) was parsed for our tokenizer, our model, and by transformers for
-    its tokenizer, its config and its weights; transformers also rebuilds gguf's tensor-name table
-    for each of the model's 397 modules. The reader only memory-maps the file read-only and the
-    table depends on the architecture and layer count alone, so every load shares one of each: the
-    same numbers in a fraction of the time. (Both sides read the file through this gguf package
-    anyway; what they compare is what each does with its tensors and fields.) The parse and the table
-    are the test process's one (tests/_smollm2.py), shared with the other modules' SmolLM2 loads."""
+    """A context in which transformers' loaders (the references) share one parse of the GGUF by
+    ``gguf.GGUFReader`` and one tensor-name table: its header (49,152 tokens and their merges, read
+    one field at a time) takes seconds to parse, and transformers rebuilds the table for each of the
+    model's 397 modules. The reader only memory-maps the file read-only and the table depends on the
+    architecture and layer count alone, so the references' loads share one of each: the same
+    numbers in a fraction of the time. Our side reads the file with the library's own reader
+    (``transformer_lib.pretrained.gguf_file``, held equal to GGUFReader by tests/test_gguf_file.py).
+    The parse and the table are the test process's one (tests/_smollm2.py)."""
     from _smollm2 import one_gguf_reader as shared
     return shared
 
@@ -58,9 +58,8 @@ def reference_tokenizer(one_gguf_reader):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(one_gguf_reader):
-    with one_gguf_reader():
-        return load_smollm2_tokenizer()
+def tokenizer():
+    return load_smollm2_tokenizer()
 
 
 def test_tokenizer_ids_equal_reference(tokenizer, reference_tokenizer):
