@@ -12,8 +12,12 @@ plain ``nn.Linear`` (:meth:`LoRALinear.merged`) that costs nothing extra at infe
 Initialisation follows the paper and ``peft``: ``B = 0`` (so the wrapped model starts out *equal*
 to the pretrained one, and training starts from it) and ``A`` Kaiming-uniform, as ``nn.Linear``
 initialises its own weight (if both were zero no gradient would reach either). The factor
-``alpha / rank`` keeps the size of the update roughly the same when you change the rank, so a
-learning rate tuned at one rank still works at another.
+``alpha / rank`` is the paper's: it was meant to keep the update's size when the rank changes,
+but with Adam it does not. Adam's first step moves each entry of ``B`` by about the learning
+rate whatever its gradient, so the ``rank`` columns of ``B A`` add up and the first-order change
+of the loss grows with ``(alpha / rank) * rank = alpha``: ranks trained with the same ``alpha``
+move at about the same pace (chapter 21 measures it), and rsLoRA (Kalajdzievski, 2023) scales by
+``alpha / sqrt(rank)`` for large ranks instead.
 
 Everything is ordinary PyTorch: :func:`add_lora` swaps the chosen ``nn.Linear`` modules for
 :class:`LoRALinear` in place and freezes every other parameter, so any optimizer over
