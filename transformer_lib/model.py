@@ -34,7 +34,13 @@ __all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOn
 
 
 def clones(module: nn.Module, n: int) -> nn.ModuleList:
-    """n independent deep copies of ``module`` (the Annotated Transformer's helper)."""
+    """n deep copies of ``module`` (the Annotated Transformer's helper): independent parameters
+    that start out *equal*. Training separates them (each layer sees other inputs), but at
+    initialisation every layer of the stack is the same function. The Annotated Transformer's
+    ``make_model`` and ``torch.nn.Transformer`` re-draw every weight matrix with Xavier after
+    cloning; :class:`Encoder`, :class:`Decoder` and so :class:`Transformer` and
+    :class:`Seq2SeqTransformer` here do not. A measurement of a fresh stack that depends on its
+    layers differing (gradients at initialisation, chapter 7) builds the layers one by one."""
     return nn.ModuleList(copy.deepcopy(module) for _ in range(n))
 
 
