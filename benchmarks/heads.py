@@ -20,7 +20,11 @@ from ``benchmarks/results/heads.json`` and checks its sentences against them.
   h = 1, 8, 64 on 512 tokens, the readable path (weights materialised) and the fused one (SDPA),
   timed as the CPU time of one thread (``time_call(cpu_time=True)``: minimum of 3 after one
   warm-up), repeated 5 times with freshly initialised modules; the ratios to h = 1 are read within
-  a repetition.
+  a repetition. Run under ``ATEN_CPU_CAPABILITY=default`` (PyTorch's unvectorized kernels, the
+  setting the chapter's stored outputs are computed in) the part is stored as
+  ``timing_unvectorized`` instead, so the two kernel settings can be compared:
+
+      ATEN_CPU_CAPABILITY=default MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/heads.py --only timing
 """
 from __future__ import annotations
 
@@ -149,7 +153,7 @@ def timing_part(repeats: int = 5, n: int = 512, d_model: int = 512) -> dict:
         runs.append(row)
     return {"tokens": n, "d_model": d_model, "repetitions": repeats,
             "clock": "thread CPU time of one forward pass, one thread, minimum of 3 after one warm-up",
-            "runs": runs}
+            "kernels": torch.backends.cpu.get_cpu_capability(), "runs": runs}
 
 
 PARTS = {"lr": lr_part, "ablation": ablation_part, "timing": timing_part}
@@ -164,11 +168,13 @@ def main(argv=None) -> int:
     import json
     out = json.loads(results_file.read_text()) if results_file.exists() else {}
     out.pop("machine", None)
+    unvectorized = torch.backends.cpu.get_cpu_capability() == "DEFAULT"
     for name in args.only or list(PARTS):
+        key = "timing_unvectorized" if name == "timing" and unvectorized else name
         start, start_cpu = time.perf_counter(), time.process_time()
-        out[name] = PARTS[name](out.get(name)) if name == "lr" else PARTS[name]()
-        out[name]["seconds"] = round(time.perf_counter() - start, 1)
-        out[name]["cpu_seconds"] = round(time.process_time() - start_cpu, 1)
+        out[key] = PARTS[name](out.get(name)) if name == "lr" else PARTS[name]()
+        out[key]["seconds"] = round(time.perf_counter() - start, 1)
+        out[key]["cpu_seconds"] = round(time.process_time() - start_cpu, 1)
     write_results("heads", out)
     return 0
 
