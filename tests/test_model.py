@@ -48,6 +48,46 @@ def test_seq2seq_blocks_list_both_stacks_encoder_first():
     assert model.blocks[0] is model.transformer.encoder.blocks[0]
 
 
+def _weights(block):
+    return [p.detach().clone() for p in block.parameters()]
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(_weights(a), _weights(b)))
+
+
+def test_each_cloned_layer_gets_its_own_initial_weights():
+    torch.manual_seed(0)
+    model = tl.Transformer(16, 2, 3, 3, 32)
+    for stack in (model.encoder.blocks, model.decoder.blocks):
+        for i in range(len(stack)):
+            for j in range(i + 1, len(stack)):
+                assert not _same(stack[i], stack[j]), (i, j)
+        for a, b in zip(stack[0].modules(), stack[1].modules()):  # every Linear re-drawn ...
+            if isinstance(a, nn.Linear):
+                assert not torch.equal(a.weight, b.weight)
+        for name, p in stack[1].named_parameters():  # ... and every norm still ones and zeros
+            if "norm" in name:
+                assert torch.equal(p, torch.ones_like(p) if name.endswith("weight") else torch.zeros_like(p))
+    seq2seq = tl.Seq2SeqTransformer(10, 10, d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2)
+    assert not _same(seq2seq.blocks[0], seq2seq.blocks[1]) and not _same(seq2seq.blocks[2], seq2seq.blocks[3])
+
+
+def test_clones_keeps_the_first_copy_and_frozen_weights():
+    torch.manual_seed(0)
+    layer = tl.TransformerBlock(16, 2, 32, ffn=False)  # the FFN switched off: W_2 zero and frozen
+    copies = tl.model.clones(layer, 3)
+    assert _same(copies[0], layer) and copies[0] is not layer
+    for block in copies[1:]:
+        assert not torch.equal(block.self_attn.q_proj.weight, layer.self_attn.q_proj.weight)
+        assert torch.equal(block.ffn.linear2.weight, torch.zeros_like(block.ffn.linear2.weight))
+    torch.manual_seed(1)
+    a = tl.Encoder(layer, 3)
+    torch.manual_seed(1)
+    b = tl.Encoder(layer, 3)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # seeded: reproducible
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: tl.Transformer(8, 2, 1, 1, 16)(torch.randn(2, 3, 8), torch.randn(3, 3, 8)), "batch sizes differ"),
     (lambda: tl.DecoderOnlyLM(10, positional="xyz"), "positional"),

@@ -34,14 +34,30 @@ __all__ = ["Encoder", "Decoder", "Transformer", "Seq2SeqTransformer", "DecoderOn
 
 
 def clones(module: nn.Module, n: int) -> nn.ModuleList:
-    """n deep copies of ``module`` (the Annotated Transformer's helper): independent parameters
-    that start out *equal*. Training separates them (each layer sees other inputs), but at
-    initialisation every layer of the stack is the same function. The Annotated Transformer's
-    ``make_model`` and ``torch.nn.Transformer`` re-draw every weight matrix with Xavier after
-    cloning; :class:`Encoder`, :class:`Decoder` and so :class:`Transformer` and
-    :class:`Seq2SeqTransformer` here do not. A measurement of a fresh stack that depends on its
-    layers differing (gradients at initialisation, chapter 7) builds the layers one by one."""
-    return nn.ModuleList(copy.deepcopy(module) for _ in range(n))
+    """n copies of ``module``, each after the first with its own random initial weights.
+
+    The Annotated Transformer's helper of this name returns n deep copies: independent
+    parameters that start out *equal*, so at initialisation every layer of the stack computes
+    the same function, and a measurement of a fresh stack (its gradients, its attention) sees n
+    copies of one layer rather than n layers. Its ``make_model`` and ``torch.nn.Transformer``
+    therefore re-draw every weight after cloning, and GPT-style models build each layer on its own.
+
+    Here the first copy keeps ``module``'s weights exactly (so ``clones(layer, n)[0]`` equals
+    ``layer``); every later copy is a deep copy on which each submodule's own
+    ``reset_parameters()`` is called: a fresh draw from the same default initialisation
+    (``nn.Linear``'s Kaiming-uniform weights and uniform biases). The library's LayerNorm and
+    RMSNorm have no ``reset_parameters`` and start at ones and zeros, so copying them is the same
+    as building them anew (a norm that has one, such as BatchNorm, resets to the same). A submodule with frozen parameters keeps them: a frozen weight is a
+    fixed choice, not a random draw (chapter 6's switched-off FFN keeps its zero W_2).
+
+    The draws come from torch's global generator, so a seeded model is reproducible."""
+    copies = [copy.deepcopy(module) for _ in range(n)]
+    for layer in copies[1:]:
+        for sub in layer.modules():
+            own = list(sub.parameters(recurse=False))
+            if hasattr(sub, "reset_parameters") and all(p.requires_grad for p in own):
+                sub.reset_parameters()
+    return nn.ModuleList(copies)
 
 
 class Encoder(nn.Module):
