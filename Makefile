@@ -36,6 +36,8 @@ TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),torch>=2.4,torch==2.13.
 # two OpenMP threads each on two cores wait on each other's barriers (chapter 17's sampling cells
 # ran 5-8x slower that way).
 TIERS_AT_ONCE ?= 2
+# how many of each tier's slowest tests pytest lists at the end (`make test DURATIONS=0` lists all)
+DURATIONS ?= 20
 TEST_THREADS ?= 1
 
 # The chapters' stored outputs (the nbval baselines) are written in one numerical environment and
@@ -80,7 +82,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
 	touch $(STAMP)
 
-PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=20
+PYTEST := $(REPRO_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=$(DURATIONS)
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # The course tier (nbgrader with sandboxed kernels, a JupyterHub, a lab) has time limits, and its
@@ -113,7 +115,7 @@ test-fast: venv
 	$(PYTEST) -m "unit and not slow" tests
 test-unit: venv $(call TOOLS,compiler-deps)
 	$(PYTEST) -m unit tests
-NBVAL_RUN := $(COMPARE_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=20 $(NBVAL)
+NBVAL_RUN := $(COMPARE_ENV) TLIB_DEVICE=cpu $(NICE) $(PY) -m pytest -q --durations=$(DURATIONS) $(NBVAL)
 test-chapters: venv
 	$(NBVAL_RUN) -m chapters tests chapters/*.ipynb
 # the chapters tier in four jobs for make test: chapters 00-09 with the tests/bookkit checks, 10-19, 20-25, the rest
