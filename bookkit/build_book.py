@@ -228,8 +228,10 @@ def _link_initials_item(item: str, keys: dict) -> str:
     if not year:
         return item
     title = _plain_title(item[item.index("*", m.start("more")) + 1:m.end() - 1])
-    key = (_entry_key(keys, m.group("name"), year.group(0), others, "et al." in m.group("more"))
-           or keys.get(("title", title)))  # the year the chapter gives may be the preprint's
+    # the title first: one first author can have two works in one year (Liu et al. 2020); then
+    # author and year, since the title the chapter gives may be shortened
+    key = (keys.get(("title", title))
+           or _entry_key(keys, m.group("name"), year.group(0), others, "et al." in m.group("more")))
     if not key:
         return item
     return item[:year.start()] + f"{{cite:year}}`{key}`" + item[year.end():]

@@ -57,3 +57,26 @@ def test_every_entry_is_cited():
         cited |= cited_keys(text) | cited_keys(book.link_further_reading(further_reading(text), keys, False)[0])
     uncited = [k for k in KEYS if k not in cited]
     assert not uncited, f"entries of book/references.bib no page cites: {uncited}"
+
+
+@pytest.mark.parametrize("md", chapter_files(CHAPTERS, ".md"), ids=lambda p: p.stem)
+def test_a_work_in_further_reading_links_to_its_own_entry(md):
+    """An item written "A. Author et al., *Title* (2020)" links to the entry of that title: a first
+    author with two works in one year (L. Liu et al., 2020; H. Wang et al., 2022) must not send the
+    reader to the other work. Titles are compared as words, the chapter's possibly shortened."""
+    keys = book.bib_keys()
+    titles = {m.group(1): book._plain_title(t) for m in re.finditer(r"@\w+\{([\w:-]+),(.*?)\n\}", BIB, re.S)
+              for t in re.findall(r"\btitle\s*=\s*\{(.*)\},?\s*$", m.group(2), re.M)}
+    linked, _ = book.link_further_reading(further_reading(md.read_text()), keys, False)
+    wrong = []
+    for item in items(linked):
+        work = re.search(r"\*([^*]+)\*", item)
+        cited = CITE.search(item)
+        if not (work and cited and book._INITIALS_ITEM.match(item)):
+            continue
+        said = book._plain_title(work.group(1))
+        for key in cited.group(1).split(","):
+            entry = titles[key.strip()]
+            if not (entry.startswith(said) or said.startswith(entry)):
+                wrong.append(f"{said!r} -> {key} ({entry!r})")
+    assert not wrong, f"{md.name}: further-reading items linked to another work: {wrong}"
