@@ -259,7 +259,11 @@ def link_further_reading(source: str, keys: dict[tuple[str, ...], str], in_secti
 
     def one(m: re.Match) -> str:
         others = re.findall(r"(?:,| and| &) (?:[A-Z]\. )*([A-Z][\w'-]+)", m.group(0)[:m.start("year") - m.start(0)])
-        key = _entry_key(keys, m.group("name"), m.group("y"), others, " et al." in m.group(0))
+        # "DeepSeek-AI (2024), *DeepSeek-V3 ...*": a title in italics right after names the work,
+        # when one author has two works in one year
+        title = re.match(r"\s*,?\s*\*([^*]+)\*", m.string[m.end():])
+        key = ((title and keys.get(("title", _plain_title(title.group(1)))))
+               or _entry_key(keys, m.group("name"), m.group("y"), others, " et al." in m.group(0)))
         if key is None:
             return m.group(0)
         return m.group(0)[:m.start("year") - m.start(0)] + f"{{cite:yearpar}}`{key}`"
