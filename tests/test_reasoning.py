@@ -247,6 +247,8 @@ def test_shipped_model_adds_and_grpo_runs():
     before = [p.clone() for p in model.parameters()]
     history = R.train_grpo(model, R.load_addition_model(), 4, 2, prompts_per_step=8, group_size=4)
     assert len(history["reward"]) == 2 and len(history["loss"]) == 2
+    # the largest single-token KL term bounds the mean from above (k3 >= 0 on every token)
+    assert len(history["kl_max"]) == 2 and all(m >= k >= 0 for m, k in zip(history["kl_max"], history["kl"]))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 

@@ -242,8 +242,9 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
     and takes one gradient step of :func:`grpo_loss` (one update per batch of rollouts, so the old
     policy is the current one and the ratio starts at 1). Runs through
     :func:`~transformer_lib.training.fit`. Returns per step the mean reward, the true accuracy
-    (:func:`verify`) of the samples, their mean length in tokens, the KL estimate, and the share
-    of groups whose rewards differ ("mixed": the others have zero advantages and teach nothing).
+    (:func:`verify`) of the samples, their mean length in tokens, the KL estimate (the mean k3 term
+    over the answer tokens) and its largest single-token term ("kl_max"), and the share of groups
+    whose rewards differ ("mixed": the others have zero advantages and teach nothing).
     ``scale=False`` with ``length_norm="constant"`` is Dr. GRPO (Liu et al., 2025)."""
     check_int("steps", steps)
     check_choice("length_norm", length_norm, ("response", "token", "constant"))
@@ -251,7 +252,7 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
     check_kl_reference(reference, beta)
     T = max_new_tokens or digits + 3
     generator = torch.Generator().manual_seed(seed)
-    history = {"reward": [], "correct": [], "length": [], "kl": [], "mixed": []}
+    history = {"reward": [], "correct": [], "length": [], "kl": [], "kl_max": [], "mixed": []}
 
     def make_batch(step):
         prompts, answers = addition_problems(prompts_per_step, digits, False, generator)
@@ -276,7 +277,9 @@ def train_grpo(policy: nn.Module, reference: nn.Module | None, digits: int, step
         logprobs = token_logprobs(model, prompts, responses)
         if ref is not None:
             delta = (ref - logprobs).detach()
-            history["kl"].append(((torch.exp(delta) - delta - 1) * mask).sum().item() / mask.sum().item())
+            k3 = (torch.exp(delta) - delta - 1) * mask  # (B, T): each answer token's KL term
+            history["kl"].append(k3.sum().item() / mask.sum().item())
+            history["kl_max"].append(k3.max().item())  # one token can dominate: k3's tail is long
         return grpo_loss(logprobs, old, ref, adv, mask, clip_eps, beta, length_norm)
 
     history["loss"] = fit(policy, make_batch, loss_fn, steps, lr=lr, grad_clip=1.0, progress=False)["loss"]
