@@ -3,8 +3,10 @@
     nice .venv/bin/python benchmarks/finetune_budget.py            # writes results/finetune_budget.json
 
 Every method takes the same number of optimizer steps (``--steps``, batches of 32 of the first
-``--train`` training texts, each cut to ``--max-tokens`` tokens), with AdamW, a linear warm-up
-over the first 10% of the steps and then a constant rate (``finetune.train_classifier``). Its
+``--train`` training texts, each cut to ``--max-tokens`` tokens), with AdamW at the rate
+``finetune.train_classifier`` schedules: a linear warm-up over a tenth of the steps (at least one)
+and then a constant rate, so at 16 steps there is no warm-up (its one step already runs at the
+full rate). Its
 learning rate comes from one rule, the same for every method: the rate of the grid ``--lrs``
 with the best accuracy on the first ``--val`` validation texts at seed 0 (ties: the smaller
 rate); while the best is at an edge of the rates tried (and beats the worst), the grid grows by
