@@ -15,6 +15,11 @@ highest-scoring induction heads:
 
 Writes benchmarks/results/induction_controls.json. Prints a table, asserts only that the
 recomputed losses match the stored ones.
+
+    nice .venv/bin/python benchmarks/induction_controls.py --split-costliest   # ~1 CPU-minute
+
+keeps the stored draws and zeroes the heads of the costliest random draw one at a time and in
+pairs (``costliest_random_split``), to see which of them makes it costly.
 """
 from __future__ import annotations
 
@@ -34,11 +39,14 @@ from transformer_lib.ablation import ablated_logits  # noqa: E402
 from transformer_lib import induction as ind  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "results" / "induction.json"
+OUT = Path(__file__).resolve().parent / "results" / "induction_controls.json"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=10)
+    parser.add_argument("--split-costliest", action="store_true",
+                        help="keep the stored draws; zero the costliest random draw's heads in parts")
     args = parser.parse_args()
     torch.set_num_threads(1)
     stored = json.loads(STORED.read_text())["smollm2"]
@@ -62,6 +70,24 @@ def main() -> None:
     top3_loss = zero_ablated(top3)
     assert abs(clean - stored["clean_in_context_loss"]) < 1e-3, (clean, stored["clean_in_context_loss"])
     assert abs(top3_loss - stored["top3_ablated_loss"]) < 1e-3, (top3_loss, stored["top3_ablated_loss"])
+    if args.split_costliest:
+        from itertools import combinations
+        old = json.loads(OUT.read_text())
+        worst = max(old["random"], key=lambda r: r["ablated_loss"])
+        heads = [parse(n) for n in worst["heads"]]
+        assert abs(zero_ablated(heads) - worst["ablated_loss"]) < 1e-3, worst
+        parts = []
+        for k in (1, 2):
+            for part in combinations(heads, k):
+                loss = zero_ablated(list(part))
+                parts.append({"heads": [f"{i}.{h}" for i, h in part], "ablated_loss": loss})
+                print(f"{[f'{i}.{h}' for i, h in part]}: in-context loss {loss:.3f}", flush=True)
+        kept = {k: v for k, v in old.items() if k != "machine"}
+        write_results("induction_controls", {**kept, "machine_of_the_draws": old["machine"],
+                                             "costliest_random_split": {"draw": worst["heads"],
+                                                                        "draw_loss": worst["ablated_loss"],
+                                                                        "parts": parts}})
+        return
     scores = torch.tensor(stored["induction"])  # (layers, H)
     excluded = {(int(i) // n_heads, int(i) % n_heads) for i in scores.flatten().topk(10).indices}
     pool = [(i, h) for i in range(scores.shape[0]) for h in range(n_heads) if (i, h) not in excluded]
