@@ -14,8 +14,10 @@ is distributed exactly as the target's own generation:
   then distributed as p: P(x) = min(p(x), q(x)) + (1 - sum_y min(p(y), q(y))) * residual(x) = p(x).
 * greedy is the same rule with point masses: p is the one-hot of the target's argmax, so a draft
   token is kept iff it is the argmax, and the first disagreement is replaced by the argmax. The ids
-  are :func:`~transformer_lib.sampling.generate`'s (the target's logits over k + 1 tokens in one
-  pass equal one-at-a-time's to float32 rounding: only an exact tie could tell them apart).
+  are :func:`~transformer_lib.sampling.generate`'s unless two candidates nearly tie: the target's
+  logits over k + 1 tokens in one pass equal one-at-a-time's only to float32 rounding (the two
+  sums run in another order), so a top-two gap within that rounding can flip the argmax
+  (Chen et al. 2023: equal "within hardware numerics"; chapter 29 prints both sizes).
 
 A draft is anything with ``propose(tokens, k, generator=None, temperature=0.0, top_k=None,
 top_p=None) -> (drafts (k',) ids, q (k', V) or None)``, k' <= k (None: point masses on the drafts,
