@@ -68,8 +68,7 @@ def test_a_work_in_further_reading_links_to_its_own_entry(md):
     to the other work. Titles are compared as sets of words
     (the chapter's may be shortened, or write $O(n^2)$ where the entry has LaTeX)."""
     keys = book.bib_keys()
-    titles = {m.group(1): book._plain_title(t) for m in re.finditer(r"@\w+\{([\w:-]+),(.*?)\n\}", BIB, re.S)
-              for t in re.findall(r"\btitle\s*=\s*\{(.*)\},?\s*$", m.group(2), re.M)}
+    titles = {key: k[1] for k, key in keys.items() if k[0] == "title"}  # key -> its title, as words
     linked, _ = book.link_further_reading(further_reading(md.read_text()), keys, False)
     pairs = []  # (the title the chapter gives, the key it links to)
     for item in items(linked):
