@@ -33,14 +33,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_results  # noqa: E402
 
 import transformer_lib as tl  # noqa: E402
 from transformer_lib import induction as ind  # noqa: E402
-from transformer_lib.probes import patch_activations, record_activations  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "results" / "induction.json"
 
@@ -54,31 +52,15 @@ def make_model(cfg: dict, layers: int, seed: int) -> tl.DecoderOnlyLM:
 
 def path_removal(model, tokens, mask, head: int) -> dict:
     """In-context loss with layer-0 head ``head``'s output replaced by its mean at each position:
-    everywhere, or only in the stream layer 1's q, k or v projection reads; and layer 1's
-    induction scores in each case."""
-    attn1 = model.blocks[1].self_attn
+    everywhere, or only in the stream layer 1's q, k or v projection reads
+    (``induction.remove_from_paths``, as chapter 23); and layer 1's induction scores in each case."""
     L = tokens.shape[1]
-
-    def removed(z):  # (B, L, H, d_head)
-        z = z.clone()
-        z[:, :, head] = z[:, :, head].mean(0, keepdim=True)
-        return z
-
-    with torch.no_grad():
-        with patch_activations(model, {"blocks.0.hook_z": removed}):
-            with record_activations(model, ["blocks.0.hook_resid_post"]) as r:
-                everywhere = float(ind.in_context_loss(model(tokens), tokens, mask))
-        stream = model.blocks[1].norm1(r["blocks.0.hook_resid_post"])
-    out = {"everywhere": everywhere}
+    removed = ind.remove_from_paths(model, tokens, 0, head)
+    out = {"everywhere": float(ind.in_context_loss(removed["everywhere"], tokens, mask))}
     for path in ("q", "k", "v"):
-        handle = getattr(attn1, f"{path}_proj").register_forward_hook(
-            lambda m, inputs, output: F.linear(stream, m.weight, m.bias))
-        try:
-            with torch.no_grad(), record_activations(model, ["blocks.1.hook_pattern"]) as a:
-                out[path] = float(ind.in_context_loss(model(tokens), tokens, mask))
-        finally:
-            handle.remove()
-        out[f"{path}_induction"] = ind.induction_scores(a["blocks.1.hook_pattern"][None], L // 2)[0].tolist()
+        logits, pattern = removed[path]
+        out[path] = float(ind.in_context_loss(logits, tokens, mask))
+        out[f"{path}_induction"] = ind.induction_scores(pattern[None], L // 2)[0].tolist()
     return out
 
 

@@ -212,3 +212,34 @@ def test_the_stored_runs_load_untied_and_two_layers_copy_where_one_cannot():
         with torch.no_grad():
             losses[layers] = float(ind.in_context_loss(model(tokens), tokens, in_context))
     assert losses[2] < 0.5 * losses[1], losses  # the induction circuit: one layer stays on its plateau
+
+
+def test_remove_from_paths_touches_only_the_path_it_names():
+    """Values do not enter the attention pattern, so removing the head from the values' stream
+    leaves layer 1's pattern as it is clean, while the keys' and queries' streams change it; removal
+    everywhere equals a mean ablation of the head written with the hooks; with one sequence the
+    mean over the batch is the sequence itself, so nothing changes."""
+    from transformer_lib.probes import patch_activations, record_activations
+    model = _model(2, seed=3).eval()
+    tokens, _ = ind.repeated_random_tokens(8, 12, 16, None, torch.Generator().manual_seed(0))
+    with torch.no_grad(), record_activations(model, ["blocks.1.hook_pattern"]) as a:
+        clean = model(tokens)
+    clean_pattern = a["blocks.1.hook_pattern"]
+    out = ind.remove_from_paths(model, tokens, 0, 1)
+    assert torch.equal(out["v"][1], clean_pattern)
+    assert not torch.allclose(out["k"][1], clean_pattern) and not torch.allclose(out["q"][1], clean_pattern)
+    assert not torch.allclose(out["v"][0], clean)
+
+    def mean_of_head_1(z):
+        z = z.clone()
+        z[:, :, 1] = z[:, :, 1].mean(0, keepdim=True)
+        return z
+    with torch.no_grad(), patch_activations(model, {"blocks.0.hook_z": mean_of_head_1}):
+        assert torch.equal(out["everywhere"], model(tokens))
+    one = ind.remove_from_paths(model, tokens[:1], 0, 1)
+    for path in ("q", "k", "v"):
+        torch.testing.assert_close(one[path][0], clean[:1], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="layer"):
+        ind.remove_from_paths(model, tokens, 1, 0)  # no layer after the last
+    with pytest.raises(ValueError, match="head"):
+        ind.remove_from_paths(model, tokens, 0, 9)

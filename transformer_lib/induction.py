@@ -14,7 +14,8 @@ of the loss (Olsson et al. 2022, the phase change).
 * scores per head, from weights or from recorded patterns: :func:`previous_token_scores`,
   :func:`induction_scores` (prefix matching), :func:`copying_scores` (the OV circuit's
   eigenvalues) and :func:`k_composition_scores` (with :func:`composition_baseline`);
-* interventions: :func:`ablated_losses` (each head zero- or mean-ablated through ``hook_z``).
+* interventions: :func:`ablated_losses` (each head zero- or mean-ablated through ``hook_z``) and
+  :func:`remove_from_paths` (one head's output removed from one input of the next layer).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from .training import causal_lm_loss, train_loop, warmup_schedule
 
 __all__ = ["repeated_random_tokens", "in_context_loss", "train_induction", "phase_change_step", "attention_patterns",
            "previous_token_scores", "induction_scores", "head_weights", "ov_circuit", "copying_scores",
-           "k_composition_scores", "composition_baseline", "ablated_losses", "top_heads", "load_induction_run"]
+           "k_composition_scores", "composition_baseline", "ablated_losses", "remove_from_paths", "top_heads",
+           "load_induction_run"]
 
 
 # -- data --------------------------------------------------------------------------------------------
@@ -301,6 +303,43 @@ def ablated_losses(model: nn.Module, tokens: torch.Tensor, in_context: torch.Ten
     return out
 
 
+
+
+def remove_from_paths(model: nn.Module, tokens: torch.Tensor, layer: int, head: int) -> dict:
+    """Path patching in its simplest form (chapter 23): head ``layer.head``'s output replaced by its
+    mean over the batch at each position, everywhere or in one path only.
+
+    Returns ``{"everywhere": logits}`` (the head removed from every later reader) and, for ``path``
+    in ``"q"``, ``"k"``, ``"v"``, ``{path: (logits, pattern)}``: the head removed only from the
+    stream block ``layer + 1`` computes its queries, keys or values from (that projection reads
+    the stream as it is without the head, after the block's first norm; everything else reads the
+    clean stream), with that block's attention pattern (B, H, L, L). A path-specific mean ablation:
+    an intervention on one path from one head to another, not on the head everywhere."""
+    check_module(model)
+    check_int("layer", layer, 0, len(model.blocks) - 2)
+    block = model.blocks[layer + 1]
+    check_int("head", head, 0, block.self_attn.num_heads - 1)
+
+    def removed(z):  # (B, L, H, d_head): the head's output replaced by its mean at each position
+        z = z.clone()
+        z[:, :, head] = z[:, :, head].mean(0, keepdim=True)
+        return z
+
+    resid = f"blocks.{layer}.hook_resid_post"
+    with torch.no_grad():
+        with patch_activations(model, {f"blocks.{layer}.hook_z": removed}):
+            with record_activations(model, [resid]) as r:
+                out = {"everywhere": model(tokens)}
+        stream = block.norm1(r[resid])  # the stream the next block reads, without the head
+    for path in ("q", "k", "v"):
+        handle = getattr(block.self_attn, f"{path}_proj").register_forward_hook(
+            lambda m, inputs, output: F.linear(stream, m.weight, m.bias))  # only this projection
+        try:
+            with torch.no_grad(), record_activations(model, [f"blocks.{layer + 1}.hook_pattern"]) as a:
+                out[path] = (model(tokens), a[f"blocks.{layer + 1}.hook_pattern"])
+        finally:
+            handle.remove()
+    return out
 
 # -- the benchmark's trained models (benchmarks/induction.py) ----------------------------------------
 
