@@ -10,7 +10,9 @@ import warnings
 import pytest
 import torch
 
-from transformer_lib._extensions import Kernel, cpp_ops
+import torch.utils.cpp_extension
+
+from transformer_lib._extensions import Kernel, cpp_ops, library_path
 
 # the op library's headers and the one ATen op it calls, not all of ATen/ATen.h: each of the test's two
 # builds compiles in ~8 s of CPU instead of ~14 (the library's real kernels are built by their own tests)
@@ -83,8 +85,24 @@ def test_cpp_ops_build_once_into_the_cache_without_a_lock_and_load_from_it(tmp_p
                           env={**os.environ, "TORCH_EXTENSIONS_DIR": str(cache)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[2.0, 2.0]"
-    # a changed source is a new library, not the old one reused
-    source.write_text(SOURCE.replace("at::mul(x, 2)", "at::mul(x, 3)").replace("tlib_test_twice", "tlib_test_thrice"))
-    ops3 = cpp_ops(name="tlib_test_thrice", source=source, cflags=["-O1"], namespace="tlib_test_thrice")
-    assert torch.equal(ops3.twice(torch.ones(1)), torch.tensor([3.0]))
-    assert len(list(cache.iterdir())) == 2
+    # a changed source, a new header beside it or other flags name another library, which is built,
+    # not the old one reused (the build itself is the one above: here it is stopped at its start)
+    assert library_path(name="tlib_test_twice", source=source, cflags=["-O1"]) == library
+    (source.parent / "twice.h").write_text("// a header beside the source counts too\n")
+    with_header = library_path(name="tlib_test_twice", source=source, cflags=["-O1"])
+    source.write_text(SOURCE.replace("at::mul(x, 2)", "at::mul(x, 3)"))
+    changed = library_path(name="tlib_test_twice", source=source, cflags=["-O1"])
+    other_flags = library_path(name="tlib_test_twice", source=source, cflags=["-O2"])
+    assert len({library, with_header, changed, other_flags}) == 4
+    assert all(p.parent == cache and p.name.startswith("tlib_test_twice-") for p in (with_header, changed, other_flags))
+
+    class Built(Exception):
+        pass
+
+    def build(**kwargs):
+        raise Built(kwargs["sources"])
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", build)
+    with pytest.raises(Built, match="twice.cpp"):
+        cpp_ops(name="tlib_test_twice", source=source, cflags=["-O1"], namespace="tlib_test_twice")
+    assert list(cache.iterdir()) == [library]  # the stopped build left no folder behind

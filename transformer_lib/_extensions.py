@@ -77,15 +77,21 @@ def extensions_dir() -> Path:
     return Path(chosen) if chosen else cache / "torch_extensions"
 
 
-def cpp_ops(*, name: str, source: Path, cflags: list[str], namespace: str):
-    """Build ``source`` (a shared library that registers ``torch.ops.<namespace>``; every file of
-    its folder counts, headers included), load it and return ``torch.ops.<namespace>``. Reuses
-    the cached library of the same sources, flags and torch."""
+def library_path(*, name: str, source: Path, cflags: list[str]) -> Path:
+    """Where :func:`cpp_ops` keeps the library built from ``source`` with ``cflags``: a name that
+    hashes the torch version, the flags, the source and every other file of its folder."""
     digest = hashlib.sha256(f"{torch.__version__}|{' '.join(cflags)}|{source.name}".encode() + source.read_bytes())
     for path in sorted(source.parent.iterdir()):
         if path.is_file() and path != source:
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    library = extensions_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+    return extensions_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+
+
+def cpp_ops(*, name: str, source: Path, cflags: list[str], namespace: str):
+    """Build ``source`` (a shared library that registers ``torch.ops.<namespace>``; every file of
+    its folder counts, headers included), load it and return ``torch.ops.<namespace>``. Reuses
+    the cached library of the same sources, flags and torch."""
+    library = library_path(name=name, source=source, cflags=cflags)
     if not library.exists():
         if shutil.which("ninja") is None:  # the pip package's binary, when .venv/bin is not on PATH
             import ninja  # noqa: PLC0415 - optional until a build is needed

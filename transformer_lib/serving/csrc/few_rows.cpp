@@ -9,7 +9,7 @@
 // Each output is then one float32 dot product of K terms summed in a fixed order: 8 lanes x 2
 // partial sums, then the lanes; the order does not depend on the thread count (rows of W are shared
 // out over torch's threads, never the K of one output).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>  // not all of ATen/ATen.h (no operator is called): about 5 s less to compile
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
