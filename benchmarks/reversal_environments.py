@@ -7,8 +7,10 @@ different rounding of a few float32 sums early in training gives a different tra
 script measures that. It runs exactly the chapter's experiment for seed 0 (``reversal_seeds.run``)
 in three numerical environments, each a fresh process with one intra-op thread:
 
-* ``avx2``: ATen's AVX2 kernels and MKL's AVX2 code path (the environment the book stores);
-* ``aten-default``: ATen's portable default kernels;
+* ``avx2``: ATen's AVX2 kernels and MKL's AVX2 code path (the environment ``make test`` compares
+  in, and the one ``reversal_seeds.py`` runs in on an AVX2 machine);
+* ``aten-default``: ATen's portable default kernels (the environment ``make chapters`` stores the
+  chapter in, there with MKL pinned to AVX2, which gives the same run);
 * ``mkl-compatible``: MKL's conditional-numerical-reproducibility mode ``COMPATIBLE``.
 
 Same initial weights, same training data; only the rounding differs. Results, in the same per-run
