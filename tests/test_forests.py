@@ -160,6 +160,10 @@ def test_tree_correlation_identity_and_ordering(cancer):
         assert tc.forest_variance(12) == pytest.approx(F.average_variance(tc.rho, tc.sigma2, 12), rel=1e-9)
         assert tc.floor == pytest.approx(tc.rho * tc.sigma2)
         assert tc.forest_variance(1) > tc.forest_variance(12)
+        # every evaluation point counts, unanimous ones with variance 0 (the same points for every m)
+        assert tc.deviations.shape[2] == len(points)
+        assert tc.sigma2 == pytest.approx(float((tc.deviations ** 2).mean()), rel=1e-12)
+    assert len(all_.rho_per_point) < len(points)  # with all features, the trees agree at some points
     assert few.rho < all_.rho  # fewer features per split -> less correlated trees
     with pytest.raises(ValueError):
         few.forest_variance(13)

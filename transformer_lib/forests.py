@@ -109,10 +109,11 @@ class TreeCorrelation:
     """What :func:`tree_correlation` measured.
 
     ``rho``: average correlation between two trees of the same forest; ``sigma2``: variance of
-    one tree's prediction (both averaged over the evaluation points); ``rho_per_point``: the
-    correlation at each evaluation point (for box plots); ``deviations``: the (n_fits, B, n_eval)
-    tree predictions minus their mean at each point, kept so that :meth:`forest_variance` can
-    measure forests of any size up to B.
+    one tree's prediction (both averaged over all the evaluation points, a point where every tree
+    agrees counting with variance 0); ``rho_per_point``: the correlation at each evaluation point
+    where the trees disagree (for box plots; undefined elsewhere); ``deviations``: the
+    (n_fits, B, n_eval) tree predictions minus their mean at each point, kept so that
+    :meth:`forest_variance` can measure forests of any size up to B.
     """
     rho: float
     sigma2: float
@@ -125,7 +126,9 @@ class TreeCorrelation:
         averaged over the evaluation points.
 
         At ``n_trees = B`` this equals ``average_variance(rho, sigma2, B)`` by construction (the
-        same sums); at smaller sizes it is an independent check of the formula's 1/B shape.
+        same sums). At smaller sizes it equals the formula in expectation, because the trees of a
+        forest are exchangeable (grown alike from the same training set, each with its own random
+        draws): the two differ only by the sampling noise of the refits and of which trees are taken.
         """
         check_trees(n_trees)
         check_grown(n_trees, self.n_trees)
@@ -152,9 +155,16 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
         sigma^2(x) = mean of (T - m)^2 over all trees of all fits
         rho(x)     = mean over pairs b != b' of the same fit of (T_b - m)(T_b' - m) / sigma^2(x)
 
-    ``rho`` and ``sigma2`` in the result are averages over the points with sigma^2(x) > 0
-    (``rho`` weighted by sigma^2(x): the average covariance over the average variance, which is
-    what the variance formula, averaged over points, needs).
+    ``rho`` and ``sigma2`` in the result are averages over all the evaluation points (``rho``
+    weighted by sigma^2(x): the average covariance over the average variance, which is what the
+    variance formula, averaged over points, needs). A point where every tree of every fit gives
+    the same prediction counts with sigma^2(x) = 0: dropping such points would average sigma^2
+    over a different set of points for each estimator, and more of them for the estimators whose
+    trees agree more. ``rho_per_point`` is kept only where sigma^2(x) > 0.
+
+    ``X_eval`` should not overlap the rows the fits draw from: a point that a fit trained on is
+    predicted as its own label by that fit's in-bag trees, a component all of its trees share,
+    and rho would count it.
     """
     from sklearn.base import clone
 
@@ -186,9 +196,9 @@ def tree_correlation(estimator, X, y, X_eval, n_fits: int = 10, train_size: int 
     keep = sigma2_x > 1e-12  # points where some tree disagrees with the others
     if not keep.any():
         raise ValueError("every tree predicts the same value at every evaluation point: nothing to correlate")
-    sigma2 = float(sigma2_x[keep].mean())
-    return TreeCorrelation(rho=float(pair_cov_x[keep].mean() / sigma2), sigma2=sigma2, n_trees=n_trees,
-                           rho_per_point=pair_cov_x[keep] / sigma2_x[keep], deviations=dev[:, :, keep])
+    sigma2 = float(sigma2_x.mean())  # over all points: those where every tree agrees add 0
+    return TreeCorrelation(rho=float(pair_cov_x.mean() / sigma2), sigma2=sigma2, n_trees=n_trees,
+                           rho_per_point=pair_cov_x[keep] / sigma2_x[keep], deviations=dev)
 
 
 def oob_error_curve(forest, X, y) -> np.ndarray:
