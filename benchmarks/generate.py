@@ -3,6 +3,7 @@
     nice .venv/bin/python benchmarks/generate.py           # the full table (a few minutes)
     .venv/bin/python benchmarks/generate.py --quick        # 32 new tokens, one round
     nice .venv/bin/python benchmarks/generate.py --only sweep --threads 1   # one part, merged in
+    nice .venv/bin/python benchmarks/generate.py --only long --threads 1
 
 Setting: SmolLM2-135M-Instruct from the packaged GGUF, dequantized to float32, batch
 1, CPU, greedy, 128 new tokens after a 64-token prompt (``min_new_tokens`` keeps transformers from
@@ -35,6 +36,16 @@ spread. The part is recorded with its own machine and load, since ``--only sweep
 merges it into an existing file without re-running the generation part (1.5 to 4 CPU-minutes:
 ``nice .venv/bin/python benchmarks/generate.py --only sweep``).
 
+Part ``long`` (chapter 17's long-context paragraph): cached steps only, at contexts 32 to 8,191
+(the model's last position), thread CPU time on one thread, ``--repeats`` repetitions of the
+median of ``--sweep-steps`` steps; the cache is filled once, in chunks of 512 tokens (not timed),
+and cut back to each length in every repetition (``nice .venv/bin/python benchmarks/generate.py
+--only long --threads 1``, about 3 CPU-minutes, most of it the prefill).
+
+The generation part stores every round's seconds per generator (``round_seconds``), so that a run
+shows how much the library/reference ratio moves from round to round (runs before 2026-12-07 kept
+only the medians).
+
 It prints, asserts nothing, and writes benchmarks/results/generate.json (with the machine and
 its load average) for chapter 17. Run it on a quiet machine; torch uses ``--threads`` threads.
 """
@@ -62,7 +73,7 @@ from transformer_lib.sampling import generate_ids  # noqa: E402
 TEXT = ("The history of computing is a story of people who wanted machines to do arithmetic for them. "
         "Charles Babbage designed an engine of brass gears, Ada Lovelace wrote programs for it, and a "
         "century later electronic computers filled whole rooms. Today a phone holds more memory than")
-PARTS = ("generation", "sweep")
+PARTS = ("generation", "sweep", "long")
 RESULT_FILE = RESULTS / "generate.json"
 SWEEP_CONTEXTS = [32, 128, 256, 512]
 
@@ -103,6 +114,43 @@ def sweep(lm, steps: int, repeats: int) -> dict:
             "cached_ms_runs": runs["cached"], "uncached_ms_runs": runs["uncached"]}
 
 
+LONG_CONTEXTS = [32, 1024, 2048, 4096, 8191]
+
+
+def long_context(lm, steps: int, repeats: int, chunk: int = 512) -> dict:
+    """Part ``long``: ms of thread CPU time per cached decoding step at ``LONG_CONTEXTS``, up to the
+    model's last position (8,191 cached tokens and the new one make its 8,192), ``repeats`` times
+    over (the median of ``steps`` steps each). The cache is filled once, in chunks of ``chunk``
+    tokens (the prefill is not timed), and set to each length, longest first, in every repetition:
+    the buffers keep every prefilled position, and a step at context c rewrites slot c with the
+    same token's keys and values at the same position, so setting the length back to a longer
+    context is as exact as cutting it."""
+    model = lm.model
+    top = max(LONG_CONTEXTS)
+    long_ids = torch.tensor([(lm.tokenizer.encode(TEXT * 200).ids)[:top + 1]])  # (1, 8192)
+    runs = []
+    with torch.no_grad():
+        cache = model.new_cache(initial_capacity=top + 1)
+        start = time.process_time()
+        for i in range(0, top, chunk):  # prefill: 8,191 tokens, a chunk at a time
+            model(long_ids[:, i:min(i + chunk, top)], cache=cache)
+        prefill_cpu_s = time.process_time() - start
+        for r in range(repeats):
+            ms = {}
+            for c in sorted(LONG_CONTEXTS, reverse=True):
+
+                def cached_step():
+                    cache.lengths = [c] * cache.num_layers  # the first c tokens, then token c
+                    model(long_ids[:, c:c + 1], cache=cache)
+
+                ms[c] = 1e3 * time_call(cached_step, repeats=steps, warmup=1, cpu_time=True, statistic="median")
+            runs.append([round(ms[c], 2) for c in LONG_CONTEXTS])
+            print(f"repetition {r}: cached " + " ".join(f"{v:6.1f}" for v in runs[-1]) + " ms", flush=True)
+    return {"machine": machine(), "threads": 1, "clock": "thread CPU time (ms), median of the steps",
+            "steps": steps, "repeats": repeats, "contexts": LONG_CONTEXTS, "prefill_chunk": chunk,
+            "prefill_cpu_s": round(prefill_cpu_s, 1), "cached_ms_runs": runs}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="32 new tokens, one round, 3 steps")
@@ -124,6 +172,8 @@ def main() -> None:
     payload = json.loads(RESULT_FILE.read_text()) if args.only and RESULT_FILE.exists() else {}
     if "sweep" in parts:
         payload["sweep"] = sweep(lm, 1 if args.quick else args.sweep_steps, 2 if args.quick else args.repeats)
+    if "long" in parts:
+        payload["long"] = long_context(lm, 1 if args.quick else args.sweep_steps, 2 if args.quick else args.repeats)
     if "generation" in parts:
         payload.update(generation(lm, args, new_tokens, prompt_len, context, rounds, steps))
     if not args.no_write:  # --quick writes too, with its setting (new_tokens, rounds) recorded
@@ -187,6 +237,7 @@ def generation(lm, args, new_tokens: int, prompt_len: int, context: int, rounds:
                     "new_tokens": new_tokens, "threads": args.threads, "rounds": rounds,
                     "transformers": tf_version},
         "rows": rows, "cached_over_reference": round(ratio, 3), "greedy_tokens_identical": same,
+        "round_seconds": {k: [round(t, 3) for t in v] for k, v in times.items()},
         "step_context": context, "step_cached_ms": round(1e3 * step_cached, 2),
         "step_uncached_ms": round(1e3 * step_uncached, 2),
         "cache_speedup_at_context": round(step_uncached / step_cached, 2)}
