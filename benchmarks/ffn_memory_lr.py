@@ -5,6 +5,7 @@
     python benchmarks/ffn_memory_lr.py --seeds 3 --out ffn_memory_lr_a &   # or split the seeds
     python benchmarks/ffn_memory_lr.py --first 3 --seeds 2 --out ffn_memory_lr_b
     python benchmarks/ffn_memory_lr.py --merge ffn_memory_lr_a ffn_memory_lr_b
+    python benchmarks/ffn_memory_lr.py --edge      # then: a model whose best rate is an edge of the grid
 
 `benchmarks/ffn_memory.py` trains the three models of chapter 6 (one block with its FFN, one and
 four attention-only blocks) at one learning rate, 3e-3, for all of them. A comparison of
@@ -18,6 +19,11 @@ The rule, applied by the chapter: for each model, the rate with the highest mean
 400 steps over the seeds (ties broken by the lower mean final loss). The task is memorisation, so
 the facts it is scored on are the facts it trains on; the question is how many a model can store
 in the budget, not how it generalises.
+
+A best rate at an edge of the grid may only be the best of the rates tried. ``--edge`` reads the
+results file, applies the rule, and for each model whose chosen rate is the largest (smallest)
+of the grid trains it once more on every seed at the next rate out of the grid's half-decade
+steps (3e-2 above 1e-2, 3e-4 below 1e-3); the runs are stored under ``edge`` in the same file.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from ffn_memory import MODELS, N_CLASSES, STEPS, data, fact_model
 from transformer_lib.training import fit
 
 LRS = (1e-3, 3e-3, 1e-2)
+BEYOND = {1e-2: 3e-2, 1e-3: 3e-4}  # the next rate out of the grid's half-decade steps
 CHECKPOINT = 300  # accuracy here and at STEPS: is a model still improving at the end?
 
 
@@ -66,6 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first", type=int, default=0, help="first seed (to split the seeds over processes)")
     parser.add_argument("--out", default="ffn_memory_lr", help="results name (a part, when split)")
+    parser.add_argument("--edge", action="store_true",
+                        help="train each model whose chosen rate is an edge of the grid at the next rate out")
     parser.add_argument("--merge", nargs="*", metavar="PART",
                         help="join part files (results names) into ffn_memory_lr.json and stop")
     args = parser.parse_args(argv)
@@ -79,6 +88,8 @@ def main(argv=None) -> int:
                                         "seconds": sum(p["seconds"] for p in parts),
                                         "cpu_seconds": round(sum(p["cpu_seconds"] for p in parts), 1)})
         return 0
+    if args.edge:
+        return edge(json.loads((RESULTS / "ffn_memory_lr.json").read_text()))
     _, elapsed = seed_sweep(__doc__, [])
     runs = []
     for seed in range(args.first, args.first + args.seeds):
@@ -88,6 +99,35 @@ def main(argv=None) -> int:
                 print(runs[-1], flush=True)
         write_results(args.out, {"seeds": list(range(args.first, seed + 1)), **settings, "runs": runs,
                                  **elapsed()})
+    return 0
+
+
+def chosen_rate(result: dict, model: str) -> float:
+    """The rule of the module docstring, applied to ``result["runs"]``."""
+    def key(lr):
+        runs = [r for r in result["runs"] if r["model"] == model and r["lr"] == lr]
+        return (sum(r["accuracy"] for r in runs) / len(runs), -sum(r["loss"] for r in runs) / len(runs))
+    return max(result["lrs"], key=key)
+
+
+def edge(result: dict) -> int:
+    """``--edge``: the next rate out for every model whose chosen rate is an edge of the grid."""
+    import time
+
+    from _results import machine
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    runs = []
+    for name, layers, with_ffn in MODELS:
+        lr = chosen_rate(result, name)
+        if lr in (min(result["lrs"]), max(result["lrs"])):
+            for seed in result["seeds"]:
+                runs.append(one_run(name, layers, with_ffn, BEYOND[lr], seed))
+                print(runs[-1], flush=True)
+    result["edge"] = {"rule": "each model whose chosen rate is an edge of the grid, once more at the next "
+                              "rate out (3e-2 above 1e-2, 3e-4 below 1e-3), every seed",
+                      "runs": runs, "machine": machine(), "seconds": round(time.perf_counter() - wall0, 1),
+                      "cpu_seconds": round(time.process_time() - cpu0, 1)}
+    write_results("ffn_memory_lr", result)
     return 0
 
 
