@@ -174,8 +174,11 @@ def test_a_learner_runs_a_chapter_moves_a_widget_and_passes_a_check(lab):
             }""", timeout=300_000, polling=500)
 
             # the check cell's verdict, printed by the library's checker
+            # (JupyterLab renders only the cells near the viewport: bring the check cell into view)
             check = page.locator(".jp-CodeCell", has_text='check("intro.mean_of_squares"')
-            assert "PASS [intro.mean_of_squares]" in check.locator(".jp-OutputArea").inner_text()
+            check.scroll_into_view_if_needed()
+            sync_api.expect(check.locator(".jp-OutputArea")).to_contain_text("PASS [intro.mean_of_squares]",
+                                                                           timeout=30_000)
 
             # the live widget: move its slider with the keyboard and wait for a new output
             widget = page.locator(".jp-OutputArea-output", has=page.locator(".widget-slider")).first
