@@ -303,8 +303,6 @@ def ablated_losses(model: nn.Module, tokens: torch.Tensor, in_context: torch.Ten
     return out
 
 
-
-
 def remove_from_paths(model: nn.Module, tokens: torch.Tensor, layer: int, head: int) -> dict:
     """Path patching in its simplest form (chapter 23): head ``layer.head``'s output replaced by its
     mean over the batch at each position, everywhere or in one path only.
@@ -340,6 +338,7 @@ def remove_from_paths(model: nn.Module, tokens: torch.Tensor, layer: int, head: 
         finally:
             handle.remove()
     return out
+
 
 # -- the benchmark's trained models (benchmarks/induction.py) ----------------------------------------
 
