@@ -3,7 +3,9 @@
 A task whose answers a program can check is all both ideas need. Here it is addition with a
 difficulty dial (the number of digits): a prompt ``"047+381="`` is followed by the answer written
 units first, as one adds on paper, and the end token: ``"824$"`` (428). Units first lets a small
-model produce each digit from the two digits above it and the carry it has just written.
+model produce each digit from the two digits above it and the carry, which it must infer from the
+digit it wrote last: the answer writes no carry of its own (the scratchpad responses of
+:mod:`transformer_lib.scratchpad` write it out).
 :func:`verify` parses the final answer out of a model's response.
 
 * Chapter 26 ("Reasoning at test time") samples many answers per problem and combines them:
