@@ -80,6 +80,21 @@ METHODS = {
 }
 
 
+def frozen_cache(lm, data):
+    """The frozen encoder's states of every split of ``data`` ({split: (ids, mask, labels)}),
+    computed once: ``{split: {4: block 4's input, 6: the last layer's output}}``."""
+    probe = ft.SentenceClassifier(lm.model)
+    cache = {}
+    for split, (x, m, _) in data.items():
+        h4 = ft.frozen_states(probe, x, m, 4)
+        with torch.no_grad():
+            h6 = h4
+            for block in lm.model.blocks[4:]:
+                h6 = block(h6, m.bool()[:, None, None, :])
+        cache[split] = {4: h4, 6: h6}
+    return cache
+
+
 def make_model(lm, method, seed, heads):
     torch.manual_seed(seed)
     model = ft.SentenceClassifier(copy.deepcopy(lm.model))
@@ -156,15 +171,7 @@ def main(argv=None) -> None:
     sim_x, sim_m = data["val"][0][:a.sim], data["val"][1][:a.sim]
     base_emb = ft.sentence_embeddings(lm.model, sim_x, sim_m)
 
-    probe = ft.SentenceClassifier(lm.model)  # the frozen encoder's states, once: block 4's input, last layer
-    cache = {}
-    for split, (x, m, _) in data.items():
-        h4 = ft.frozen_states(probe, x, m, 4)
-        with torch.no_grad():
-            h6 = h4
-            for block in lm.model.blocks[4:]:
-                h6 = block(h6, m.bool()[:, None, None, :])
-        cache[split] = {4: h4, 6: h6}
+    cache = frozen_cache(lm, data)
 
     def inputs(split, start):
         x, m, y = data[split]

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
 from _results import RESULTS, write_results  # noqa: E402
-from finetune_budget import make_model  # noqa: E402
+from finetune_budget import frozen_cache, make_model  # noqa: E402
 
 from transformer_lib import finetune as ft  # noqa: E402
 from transformer_lib.data.classification import load_spam  # noqa: E402
@@ -76,15 +76,7 @@ def main(argv=None) -> None:
     for split, part in splits.items():
         x, m = ft.tokenize(lm, part.texts[:n[split]], s["max_tokens"])
         data[split] = (x, m, part.labels[:n[split]])
-    probe = ft.SentenceClassifier(lm.model)  # as finetune_budget.py: block 4's input, and the last layer
-    cache = {}
-    for split, (x, m, _) in data.items():
-        h4 = ft.frozen_states(probe, x, m, 4)
-        with torch.no_grad():
-            h6 = h4
-            for block in lm.model.blocks[4:]:
-                h6 = block(h6, m.bool()[:, None, None, :])
-        cache[split] = {4: h4, 6: h6}
+    cache = frozen_cache(lm, data)  # as finetune_budget.py: block 4's input, and the last layer
 
     def inputs(split, start):
         x, m, y = data[split]

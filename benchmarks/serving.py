@@ -73,9 +73,9 @@ PROMPTS, OUTPUTS, BLOCK, NUM_BLOCKS, BUDGET = (16, 96), (8, 40), 16, 256, 512
 BYTES_PER_POSITION = 30 * 2 * 3 * 64 * 4
 
 
-def hf_serve(ref, requests, batch):
-    """transformers' continuous batching manager on ``requests`` (added at their arrival times):
-    (wall seconds, {id: (tokens, token times after the start)})."""
+def hf_manager(ref, batch):
+    """transformers' continuous batching manager on ``ref``, started, with this benchmark's pages,
+    pool, token budget and at most ``batch`` requests at once (greedy, no end token)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -84,6 +84,13 @@ def hf_serve(ref, requests, batch):
                                   max_requests_per_batch=batch, allow_block_sharing=False, use_cuda_graph=False)
     manager = ref.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
     manager.start()
+    return manager
+
+
+def hf_serve(ref, requests, batch):
+    """transformers' continuous batching manager on ``requests`` (added at their arrival times):
+    (wall seconds, {id: (tokens, token times after the start)})."""
+    manager = hf_manager(ref, batch)
     out = {}
     try:
         start = time.perf_counter()

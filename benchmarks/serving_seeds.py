@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
 from _results import describe, machine, write_results  # noqa: E402
-from serving import BLOCK, BUDGET, NUM_BLOCKS, OUTPUTS, PROMPTS, hf_serve  # noqa: E402
+from serving import BLOCK, BUDGET, NUM_BLOCKS, OUTPUTS, PROMPTS, hf_manager, hf_serve  # noqa: E402
 
 import transformer_lib.serving.scheduler as scheduler  # noqa: E402
 from transformer_lib.pretrained import load_smollm2, smollm2_gguf_path  # noqa: E402
@@ -136,14 +136,7 @@ def hf_offline(ref, requests, batch):
     """transformers' manager on ``requests`` (all at 0), as ``serving.hf_serve`` runs it: the CPU
     seconds of this process from the requests' submission to the last token (the manager's own
     set-up not counted, as the batcher's is not)."""
-    from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
-    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max(OUTPUTS))
-    cb = ContinuousBatchingConfig(page_size=BLOCK, num_blocks=NUM_BLOCKS, max_batch_tokens=BUDGET,
-                                  max_requests_per_batch=batch, allow_block_sharing=False, use_cuda_graph=False)
-    manager = ref.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
-    manager.start()
+    manager = hf_manager(ref, batch)
     out = {}
     try:
         cpu = time.process_time()
