@@ -6,6 +6,7 @@ save the checkpoint the chapter loads.
                                               # merged into the existing results file
     python benchmarks/train_gpt.py seeds      # the seed sweep alone: about 8 minutes of CPU (3 processes)
     python benchmarks/train_gpt.py seeds-missing  # only the (setting, seed) pairs the results file lacks
+    python benchmarks/train_gpt.py plateau    # the plateau test: 13 runs of 150 steps, about 4 minutes of CPU
 
 Writes ``transformer_lib/data/book_gpt.pt`` (the model in float16, < 1 MB, with its tokenizer)
 and ``benchmarks/results/train_gpt.json``: the main run's curves, one short run per recipe
@@ -16,6 +17,7 @@ rerun gives the same numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -30,7 +32,7 @@ import transformer_lib as tl  # noqa: E402
 from transformer_lib.data import GPT_CHECKPOINT, load_corpus, split_paragraphs  # noqa: E402
 from transformer_lib.tokenization import BPETokenizer  # noqa: E402
 from transformer_lib.sampling import generate  # noqa: E402
-from transformer_lib.training import evaluate_lm, train_lm  # noqa: E402
+from transformer_lib.training import evaluate_lm, train_lm, warmup_cosine_schedule  # noqa: E402
 
 VOCAB = 1024
 # the checkpoint: the chapter's live model (2 layers of width 64, 64-token context, 0.17M
@@ -65,6 +67,16 @@ LONG_STEPS = 1600
 GRID_LR = [1e-3, 3e-3, 1e-2, 3e-2]
 GRID_WARMUP = [0, 30, 120]
 GRID_STEPS = 150
+# the plateau test: at the grid's peak rate 0.003 and length (150 steps), does a run leave the
+# unigram plateau because its rate is still high after step 100 (the 120-step warmup's cosine
+# starts at step 120) or because its warmup is long and gentle? Three schedules on seeds 0-4:
+# the grid's 30- and 120-step warmups (seed 0 is the grid's own run) and a control that warms up
+# over 30 steps, then holds the peak to step 120 and decays over the last 30 steps as the
+# 120-step warmup does: the control's rate is at or above the 120-step warmup's at every step.
+PLATEAU_LR = 3e-3
+PLATEAU_SCHEDULES = {"warmup 30": (30, None), "warmup 120": (120, None),
+                     "warmup 30, held to step 120": (30, 120)}  # name -> (warmup, hold until)
+PLATEAU_SEEDS = [0, 1, 2, 3, 4]
 RESULTS_FILE = RESULTS / "train_gpt.json"
 
 
@@ -142,6 +154,53 @@ def phase_grid(tok, train_ids, val_ids, results):
                                     "eval_steps": h["eval_steps"], "eval_val": h["eval_val"]})
 
 
+def held_schedule(warmup_steps, hold_until, total_steps, min_ratio):
+    """Linear warmup over ``warmup_steps``, the peak held to step ``hold_until``, then
+    :func:`warmup_cosine_schedule`'s cosine from ``hold_until`` to ``total_steps``."""
+    cosine = warmup_cosine_schedule(hold_until, total_steps, min_ratio)
+    return lambda s: (s + 1) / warmup_steps if s < warmup_steps else 1.0 if s < hold_until else cosine(s)
+
+
+def phase_plateau(tok, train_ids, val_ids, results):
+    """PLATEAU_SCHEDULES on PLATEAU_SEEDS, one process; seed 0 of the grid's two schedules is the
+    grid's run (the same seeding), the rest run here. Saved after every run; the (schedule, seed)
+    rows already in the results file are kept (every run is seeded on its own)."""
+    from unittest import mock
+
+    from _results import machine
+    import transformer_lib.training as training
+    old = json.loads(RESULTS_FILE.read_text())
+    grid = {(g["lr"], g["warmup"]): g for g in old.get("grid", [])}
+    kept = old.get("plateau", {})
+    results["plateau"] = {"lr": PLATEAU_LR, "steps": GRID_STEPS, "seeds": PLATEAU_SEEDS, "runs": {},
+                          **{k: kept[k] for k in ("machine", "cpu_seconds") if k in kept}}
+    start_cpu = time.process_time() - kept.get("cpu_seconds", 0.0)
+    for name, (warmup, hold) in PLATEAU_SCHEDULES.items():
+        done = {r["seed"]: r for r in kept.get("runs", {}).get(name, [])}
+        rows = results["plateau"]["runs"][name] = []
+        for seed in PLATEAU_SEEDS:
+            if seed in done:
+                rows.append(done[seed])
+                continue
+            if hold is None and seed == 0 and (PLATEAU_LR, warmup) in grid:
+                g = grid[(PLATEAU_LR, warmup)]
+                rows.append({"seed": 0, "eval_steps": g["eval_steps"], "eval_val": g["eval_val"],
+                             "train_loss": g["train_loss"]})
+                continue
+            kw = {**SMALL_TRAIN, "lr": PLATEAU_LR, "warmup_steps": warmup, "steps": GRID_STEPS, "eval_every": 25,
+                  "eval_windows": 32}
+            patch = (mock.patch.object(training, "warmup_cosine_schedule",
+                                       lambda w, total, r, hold=hold: held_schedule(w, hold, total, r))
+                     if hold is not None else contextlib.nullcontext())
+            with patch:
+                _, h = run(tok, train_ids, val_ids, SMALL_MODEL, kw, seed=seed, desc=f"plateau {name}, seed {seed}")
+            rows.append({"seed": seed, "eval_steps": h["eval_steps"], "eval_val": h["eval_val"],
+                         "train_loss": [round(x, 4) for x in h["loss"]], "lr": [round(x, 7) for x in h["lr"]]})
+            results["plateau"]["machine"] = machine()
+            results["plateau"]["cpu_seconds"] = round(time.process_time() - start_cpu, 1)
+            save(results, new_machine=False)
+
+
 def phase_long(tok, train_ids, val_ids, results):
     results["long"] = {}
     for dropout in (0.0, 0.1):
@@ -189,7 +248,7 @@ def phase_seeds(tok, train_ids, val_ids, results, only_missing=False):
 
 
 PHASES = {"main": phase_main, "ablations": phase_ablations, "grid": phase_grid, "long": phase_long,
-          "seeds": phase_seeds,
+          "seeds": phase_seeds, "plateau": phase_plateau,
           "seeds-missing": lambda *args: phase_seeds(*args, only_missing=True)}
 
 
