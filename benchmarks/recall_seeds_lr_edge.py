@@ -1,11 +1,13 @@
-"""Chapter 9's recall sweep with its learning-rate grid extended at the top edge.
+"""Chapter 9's recall sweep with its learning-rate grid extended at an edge.
 
     nice .venv/bin/python benchmarks/recall_seeds_lr_edge.py     # 20 runs, about 40 s of CPU
 
 ``benchmarks/recall_seeds.py``, first run with three learning rates (3e-3 to 3e-2), chose 3e-2, the
 largest, for every (model, length): a choice at the edge of a grid says nothing about the rates
-beyond it. (Its default grid now includes 1e-1, so run alone it writes the same 80 runs.) This script
-trains the same runs at ``--extra`` learning rates (default 1e-1), with the same seeds, budget and
+beyond it. This script was run with the default (1e-1, the top edge) and then with ``--extra 1e-3``
+(the bottom edge: the Transformer learned at 3e-3, the smallest rate tried, at both lengths).
+(``recall_seeds.py``'s default grid now holds all five rates, so run alone it writes the same 100
+runs.) It trains the same runs at ``--extra`` learning rates (default 1e-1), with the same seeds, budget and
 data as ``recall_seeds.train`` (one thread, so the runs already stored are reproduced exactly and
 need not be re-run), adds them to ``benchmarks/results/recall_seeds.json`` and applies the same
 rule to the extended grid: per (model, length) the rate with the highest mean validation accuracy,
