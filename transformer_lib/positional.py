@@ -136,9 +136,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
     """Rotate the feature pairs of ``x`` (..., L, d) by the angles whose cos/sin are (L, d/2).
 
     ``style="interleaved"``: pairs are neighbours (x[2i], x[2i+1]), as in the RoFormer paper and
-    llama.cpp's GGUF layout. ``style="halves"``: pairs are (x[i], x[i + d/2]), as in the original
-    Llama / SmolLM2 checkpoints ("rotate_half"). The two are the same rotation up to a fixed
-    permutation of the features, which a model folds into its W^Q and W^K (chapter 17)."""
+    llama.cpp's GGUF layout (and Meta's original Llama code, which views neighbours as complex
+    numbers). ``style="halves"``: pairs are (x[i], x[i + d/2]), as in Hugging Face's Llama /
+    SmolLM2 checkpoints ("rotate_half"; the conversion to that format permutes W^Q and W^K).
+    The two are the same rotation up to a fixed permutation of the features, which a model folds
+    into its W^Q and W^K (chapter 17)."""
     check_choice("style", style, ROTARY_STYLES)
     if style == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
