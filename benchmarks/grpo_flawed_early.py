@@ -2,7 +2,7 @@
 keeps only as a mean: which unparsable responses the fail-open verifier paid for, and whether
 each one's group gave it an advantage.
 
-    nice -n 10 .venv/bin/python benchmarks/grpo_flawed_early.py     # ~4 CPU-minutes
+    nice -n 10 .venv/bin/python benchmarks/grpo_flawed_early.py     # ~2 CPU-minutes
 
 ``grpo_seeds.py`` stores per step the mean reward and the true accuracy (strict verifier) of the
 128 rollouts; their difference times 128 counts the responses paid for although unparsable, but
