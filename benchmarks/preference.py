@@ -4,6 +4,7 @@
     nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5  # 4 betas + SFT, 5 seeds (~7 CPU-minutes)
     nice -n 10 .venv/bin/python benchmarks/preference.py --seeds 5 --extend  # only the seeds the file lacks
     .venv/bin/python benchmarks/preference.py --quick               # 2 betas + SFT, 1 seed, 40 steps
+    nice -n 10 .venv/bin/python benchmarks/preference.py --trajectories  # the file's runs again, measured along (~8 CPU-minutes)
 
 Setting: the reference is chapter 16's GPT (``load_gpt_checkpoint``, 170k parameters, trained on
 the book's prose), frozen. Prompts: the first 4 tokens of every sentence of the training prose
@@ -57,14 +58,23 @@ def judge(text: str) -> float:
     return -letter_share(text)
 
 
+_REFERENCE_SCORES = {}  # (seed, prompts' size) -> the reference's judged samples: the same at every call
+
+
+def _judged(model, prompts, decode, seed: int):
+    tokens = generate(model.eval(), prompts, ANSWER_TOKENS, temperature=1.0, seed=seed)  # (N, P + n)
+    return tokens, [judge(decode(r[PROMPT_TOKENS:].tolist())) for r in tokens]
+
+
 @torch.no_grad()
 def evaluate_samples(policy, reference, prompts, decode, seed: int) -> dict:
     """Win rate, e-share and KL (on the policy's own samples) over held-out prompts, each twice."""
     both = torch.cat([prompts, prompts])  # (2N, P)
-    ours = generate(policy.eval(), both, ANSWER_TOKENS, temperature=1.0, seed=seed)  # (2N, P + n)
-    theirs = generate(reference.eval(), both, ANSWER_TOKENS, temperature=1.0, seed=seed)
-    ours_s = [judge(decode(r[PROMPT_TOKENS:].tolist())) for r in ours]
-    theirs_s = [judge(decode(r[PROMPT_TOKENS:].tolist())) for r in theirs]
+    ours, ours_s = _judged(policy, both, decode, seed)
+    key = (seed, tuple(both.shape), int(both.sum()))
+    if key not in _REFERENCE_SCORES:
+        _REFERENCE_SCORES[key] = _judged(reference, both, decode, seed)[1]
+    theirs_s = _REFERENCE_SCORES[key]
     mask = torch.zeros_like(ours, dtype=torch.bool)
     mask[:, PROMPT_TOKENS:] = True
     kl = (sequence_logprobs(policy(ours), ours, mask) - sequence_logprobs(reference(ours), ours, mask)).mean()
@@ -118,6 +128,64 @@ def sft_curve(seed: int, steps: int, data: dict, every: int = 20) -> dict:
     return {"seed": seed, **pair_shares(pairs), "points": points}
 
 
+def train_prompt_share(model, data: dict, seed: int) -> float:
+    """The mean e-share of ``model``'s answers to every training prompt, each answered once (seed 3000 + seed)."""
+    return statistics.fmean(-s for s in _judged(model, data["train_prompts"], data["tok"].decode, 3000 + seed)[1])
+
+
+def trajectories(old: dict, data: dict, every: int = EVAL_EVERY) -> dict:
+    """The runs of ``old`` (a complete results file) again, training only: each DPO run with the win rate,
+    e-share and KL on the held-out prompts every ``every`` steps, and every ``every // 2`` up to step
+    2 * ``every`` where the KL moves fastest (the reward-KL frontier) and, at its end,
+    the mean gradient weight sigmoid(r_l - r_w) and the mean implicit rewards of the chosen and the rejected
+    answers on the training pairs; each seed's SFT curve again with the e-share of its answers on the
+    training prompts at the DPO runs' length and at the curve's end (and the reference's there).
+    Training is deterministic (one thread, seeded batches), so each run's final numbers must equal the
+    stored ones: the largest difference is recorded."""
+    reference, tok = data["reference"], data["tok"]
+    steps, betas = old["settings"]["steps"], old["settings"]["betas"]
+    dpo_runs, sft_points, worst = [], [], 0.0
+    for seed in old["settings"]["seeds"]:
+        pairs = make_pairs(reference, data["train_prompts"], ANSWER_TOKENS, judge, tok.decode, seed=seed)
+        for beta in betas:
+            stored = next(r for r in old["runs"] if (r["method"], r["beta"], r["seed"]) == ("dpo", beta, seed))
+            policy, points = copy.deepcopy(reference), []
+
+            def callback(step, history):
+                n = step + 1
+                if n < steps and (n % every == 0 or (n <= 2 * every and n % (every // 2) == 0)):
+                    points.append({"step": step + 1, **evaluate_samples(policy, reference, data["val_prompts"],
+                                                                        tok.decode, seed=2000 + seed)})
+
+            history = train_dpo(policy, reference, pairs, beta, steps, BATCH, LR, seed, eval_every=steps,
+                                callback=callback)
+            points.append({"step": steps, **evaluate_samples(policy, reference, data["val_prompts"], tok.decode,
+                                                             seed=2000 + seed)})
+            worst = max(worst, abs(points[-1]["win_rate"] - stored["win_rate"]), abs(points[-1]["kl"] - stored["kl"]),
+                        abs(history["train_margin"][-1] - stored["history"]["train_margin"][-1]))
+            dpo_runs.append({"beta": beta, "seed": seed, "points": points,
+                             **{k: history["train_" + k][-1] for k in ("weight", "chosen", "rejected", "margin")}})
+            print(f"trajectory dpo beta={beta:<5} seed={seed}: weight {dpo_runs[-1]['weight']:.3f}, chosen "
+                  f"{dpo_runs[-1]['chosen'] / beta:+.1f}, rejected {dpo_runs[-1]['rejected'] / beta:+.1f} nats; "
+                  f"KL by step " + ", ".join(f"{p['kl']:.1f}" for p in points) + f" (largest change {worst:.1e})",
+                  flush=True)
+        policy, shares = copy.deepcopy(reference), {}
+
+        def sft_callback(step, history):
+            if (step + 1) % steps == 0:
+                shares[step + 1] = train_prompt_share(policy, data, seed)
+
+        train_sft(policy, pairs, 2 * steps, BATCH, LR, seed, callback=sft_callback)
+        stored = next(c for c in old["sft_curve"] if c["seed"] == seed)["points"][-1]
+        end = evaluate_samples(policy, reference, data["val_prompts"], tok.decode, seed=2000 + seed)
+        worst = max(worst, abs(end["e_share"] - stored["e_share"]), abs(end["kl"] - stored["kl"]))
+        sft_points.append({"seed": seed, "train_e_share": shares,
+                           "reference_train_e_share": train_prompt_share(reference, data, seed)})
+        print(f"trajectory sft seed={seed}: training-prompt e-share {shares}, reference "
+              f"{sft_points[-1]['reference_train_e_share']:.3f} (largest change {worst:.1e})", flush=True)
+    return {"every": every, "dpo": dpo_runs, "sft": sft_points, "largest_change_from_runs": worst}
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     for key in dict.fromkeys((r["method"], r["beta"]) for r in runs):
@@ -149,6 +217,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--trajectories", action="store_true",
+                        help="keep the results file's runs; add what trajectories() measures along them")
     parser.add_argument("--extend", action="store_true",
                         help="keep the runs of the existing results file; run only the seeds it lacks")
     args = parser.parse_args()
@@ -163,6 +233,16 @@ def main() -> None:
             "train_prompts": sentence_prompts(train_text, tok.encode, PROMPT_TOKENS),
             "val_prompts": sentence_prompts(val_text, tok.encode, PROMPT_TOKENS),
             "val_ids": torch.tensor(tok.encode(val_text), dtype=torch.long)}
+    if args.trajectories:
+        import json
+        path = ROOT / "results" / "preference.json"
+        old = json.loads(path.read_text())
+        start = time.process_time()
+        old["trajectories"] = trajectories(old, data)
+        old["trajectories"].update(cpu_seconds=time.process_time() - start, machine=machine())
+        path.write_text(json.dumps(old, indent=1) + "\n")  # the runs' own machine line is kept
+        print(f"trajectories: {old['trajectories']['cpu_seconds']:.0f} s of CPU")
+        return
     reference_ppl = perplexity(evaluate_lm(reference, data["val_ids"], 64))
     runs, done = [], set()
     if args.extend:

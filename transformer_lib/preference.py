@@ -165,7 +165,10 @@ def pair_logprobs(model: nn.Module, pairs: PreferencePairs) -> tuple[torch.Tenso
 @torch.no_grad()
 def preference_metrics(policy: nn.Module, reference: nn.Module, pairs: PreferencePairs, beta: float) -> dict:
     """DPO's loss, the mean reward margin and the preference accuracy (share of pairs whose chosen
-    answer has the strictly larger implicit reward, as trl counts it) of ``policy`` on ``pairs``."""
+    answer has the strictly larger implicit reward, as trl counts it) of ``policy`` on ``pairs``;
+    also ``weight``, the mean of each pair's weight in the gradient, sigmoid(r_rejected - r_chosen),
+    and ``chosen`` / ``rejected``, the mean implicit rewards (trl's ``rewards/chosen`` and
+    ``rewards/rejected``: beta times the log-ratio to the reference)."""
     check_number("beta", beta, 0, low_open=True)
     return _metrics(policy, pairs, *pair_logprobs(reference, pairs), beta)
 
@@ -174,7 +177,9 @@ def preference_metrics(policy: nn.Module, reference: nn.Module, pairs: Preferenc
 def _metrics(policy, pairs, ref_chosen, ref_rejected, beta) -> dict:
     loss, chosen, rejected = dpo_loss(*pair_logprobs(policy, pairs), ref_chosen, ref_rejected, beta)
     return {"loss": loss.item(), "margin": (chosen - rejected).mean().item(),
-            "accuracy": (chosen > rejected).double().mean().item()}
+            "accuracy": (chosen > rejected).double().mean().item(),
+            "weight": torch.sigmoid(rejected - chosen).mean().item(),
+            "chosen": chosen.mean().item(), "rejected": rejected.mean().item()}
 
 
 def _optimizer_and_batches(model: nn.Module, pairs: PreferencePairs, batch_size: int, lr: float, seed: int):
