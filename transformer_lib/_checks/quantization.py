@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention import all_finite
 
 
 def check_quantization_args(w, bits, group_size, granularity: str = "group", any_bits: bool = False) -> None:
@@ -13,7 +14,7 @@ def check_quantization_args(w, bits, group_size, granularity: str = "group", any
     if w.dim() != 2 or not w.is_floating_point() or w.numel() == 0:
         raise ValueError(f"w must be a non-empty 2-D float tensor (out_features, in_features), got {w.dtype} "
                          f"of shape {tuple(w.shape)}")
-    if not bool(torch.isfinite(w).all()):
+    if not all_finite(w):
         raise ValueError("w must be finite (no NaN or inf): a scale computed from it would be too")
     for name, value in (("bits", bits), ("group_size", group_size)):
         if isinstance(value, bool) or not isinstance(value, int):

@@ -19,10 +19,11 @@ def check_distribution_rows(name: str, probs, rows: int | None = None, vocab: in
         raise ValueError(f"{name} must have {rows} rows (V,) each, got {tuple(probs.shape)}")
     if vocab is not None and probs.shape[-1] != vocab:
         raise ValueError(f"{name} must be over the same {vocab} tokens, got {probs.shape[-1]}")
-    if not torch.isfinite(probs).all() or (probs < 0).any():
+    sums = probs.double().sum(-1)  # (rows,) or (): finite exactly when every entry is (no overflow in float64)
+    if not bool(torch.isfinite(sums).all()) or bool((probs < 0).any()):
         raise ValueError(f"{name} must be finite and non-negative (probabilities)")
-    if ((probs.double().sum(-1) - 1).abs() > 1e-4).any():
-        raise ValueError(f"{name}: every row must sum to 1, got sums {probs.double().sum(-1).tolist()}")
+    if bool(((sums - 1).abs() > 1e-4).any()):
+        raise ValueError(f"{name}: every row must sum to 1, got sums {sums.tolist()}")
 
 
 def check_verify_args(p, q, drafts) -> None:
