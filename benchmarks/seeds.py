@@ -3,6 +3,7 @@
     python benchmarks/seeds.py                   # all three experiments, default seeds (~6 min of CPU)
     python benchmarks/seeds.py --only forests    # one experiment: forests, rope or heads
     python benchmarks/seeds.py --seeds 3         # fewer seeds for the two training experiments
+    python benchmarks/seeds.py --save-ch05-models  # chapter 5's seed-0 sinusoidal and ALiBi models (~25 s)
 
 Each chapter runs its experiment once, with seed 0, inside its 60 s budget. This script reruns the
 same experiment, with the same library calls and sizes, over several seeds and records the spread
@@ -17,6 +18,11 @@ same experiment, with the same library calls and sizes, over several seeds and r
   chapter's synthetic language (the rule table is the chapter's, seed 1), loss on the last 24
   tokens at 1x, 2x, 4x and 8x the training length. Seed ``s`` changes the initialisation, the
   training data and the test data.
+  ``--save-ch05-models`` trains only seed 0's sinusoidal and ALiBi models and writes them with
+  ``save_pretrained`` to ``benchmarks/results/ch05_seed0_<scheme>/`` (config.json and
+  model.safetensors, about 55 kB each); chapter 5 loads them instead of training them live (its
+  run time), and trains only the RoPE model itself. ``seeds.json`` is left as it is; the losses
+  printed are seed 0's, to compare with the stored ones.
 * Chapter 3, heads that specialize: the three-lookups model (2 layers x 4 heads) and the
   one-layer 1/2/4-head comparison, trained with ``seed=s``; test sequences drawn with seed
   ``123 + s``.
@@ -179,12 +185,13 @@ def far_attention(model, tokens, window=TRAIN_LEN, last=24):
 
 
 def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal"), multiples=MULTIPLES,
-                    d_model: int = 32, num_heads: int = 8) -> dict:
+                    d_model: int = 32, num_heads: int = 8, trained: dict | None = None) -> dict:
     """Each scheme's loss on the last 24 tokens at each multiple of the training length, per seed, and
     the best possible loss of each test draw. The excess over 1x is measured above each draw's own
     best possible loss: the draws at different lengths differ in difficulty (seed 0's 4x draw is 0.08
     nats easier than its 1x draw), and subtracting it leaves the model's part. For RoPE also the
-    attention on keys 32 or more positions back and the loss with those keys masked."""
+    attention on keys 32 or more positions back and the loss with those keys masked. ``trained``, a
+    dict, receives each trained model under ``(scheme, seed)``."""
     rule = torch.randint(0, V, (V, V), generator=torch.Generator().manual_seed(1))  # the chapter's rule
     loss = {scheme: {m: [] for m in multiples} for scheme in schemes}
     bayes = {m: [] for m in multiples}
@@ -204,6 +211,8 @@ def rope_experiment(seeds: list[int], schemes=("rope", "alibi", "sinusoidal"), m
                                      positional=scheme)
             with tl.cpu_threads(1):
                 fit(model, lambda step: train[step], _next_token_loss, steps=STEPS, lr=5e-3, progress=False)
+                if trained is not None:
+                    trained[scheme, seed] = model
                 with torch.no_grad():
                     for m, batch in tests.items():
                         logits = model(batch[:, :-1])  # (B, L, V)
@@ -307,7 +316,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seeds for the two training experiments")
     parser.add_argument("--forest-seeds", type=int, default=10, help="seeds for the (cheap) forest experiment")
     parser.add_argument("--only", choices=("forests", "rope", "heads"), nargs="+")
+    parser.add_argument("--save-ch05-models", action="store_true",
+                        help="only train seed 0's sinusoidal and ALiBi models and save them for chapter 5")
     args = parser.parse_args(argv)
+    if args.save_ch05_models:
+        return save_ch05_models()
     chosen = args.only or ["forests", "rope", "heads"]
     payload, timings, cpu = {}, {}, {}
     for name in chosen:
@@ -335,6 +348,30 @@ def main(argv=None) -> int:
             payload = {**previous, **payload, "seconds": previous["seconds"], "cpu_seconds": previous["cpu_seconds"]}
     report(payload)
     write_results("seeds", payload)
+    return 0
+
+
+CH05_SAVED = ("sinusoidal", "alibi")  # the schemes chapter 5 loads rather than trains
+
+
+def save_ch05_models() -> int:
+    """Seed 0's sinusoidal and ALiBi models of ``rope_experiment`` (the chapter's recipe: its data,
+    seed, model and 500 steps), written with ``save_pretrained`` to ``results/ch05_seed0_<scheme>/``.
+    Their losses are printed beside the ones ``seeds.json`` stores for seed 0."""
+    import json
+
+    from _results import RESULTS
+
+    trained = {}
+    start_cpu = time.process_time()
+    out = rope_experiment([0], schemes=CH05_SAVED, trained=trained)
+    stored = json.loads((RESULTS / "seeds.json").read_text())["ch05_rope_extrapolation"]["schemes"]
+    for scheme in CH05_SAVED:
+        folder = tl.save_pretrained(trained[scheme, 0], RESULTS / f"ch05_seed0_{scheme}")
+        now = {m: v["values"][0] for m, v in out["schemes"][scheme]["loss"].items()}
+        before = {m: v["values"][0] for m, v in stored[scheme]["loss"].items()}
+        print(f"{scheme:>10}: seed 0 losses {now}; seeds.json {before}; wrote {folder.relative_to(RESULTS.parent)}")
+    print(f"{round(time.process_time() - start_cpu, 1)} s CPU")
     return 0
 
 
