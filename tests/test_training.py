@@ -172,6 +172,21 @@ def test_train_lm_learns_a_periodic_text():
     assert history["lr"][4] == pytest.approx(1e-2) and history["lr"][-1] < 2e-3
 
 
+
+def test_train_lm_stop_at_is_the_start_of_the_full_run():
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6] * 60)
+    runs = []
+    for stop_at in (None, 12):
+        torch.manual_seed(0)
+        model = tl.DecoderOnlyLM(10, d_model=16, num_heads=2, num_layers=1, max_len=16, init_std=0.02, dropout=0.1)
+        runs.append(train_lm(model, ids[:400], ids[400:], steps=30, batch_size=4, context=16, warmup_steps=5,
+                             eval_every=5, progress=False, stop_at=stop_at))
+    full, cut = runs
+    assert cut["loss"] == full["loss"][:12] and cut["lr"] == full["lr"][:12]  # the full run's schedule and batches
+    assert cut["eval_steps"] == [0, 5, 10, 12] and cut["eval_val"][:3] == full["eval_val"][:3]
+    with pytest.raises(ValueError, match="stop_at"):
+        train_lm(model, ids[:400], ids[400:], steps=30, context=16, progress=False, stop_at=31)
+
 # -- the loop core ------------------------------------------------------------------------------
 
 def regression(seed=0, dropout=0.0):

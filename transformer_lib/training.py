@@ -263,7 +263,8 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
              context: int = 64, lr: float = 3e-3, warmup_steps: int = 0, min_lr_ratio: float = 0.1,
              weight_decay: float = 0.1, grad_clip: float | None = 1.0, label_smoothing: float = 0.0,
              eval_every: int = 50, eval_windows: int = 32, seed: int = 0, progress: bool = True,
-             desc: str = "training", callback: Callable[[int, History], None] | None = None) -> History:
+             desc: str = "training", callback: Callable[[int, History], None] | None = None,
+             stop_at: int | None = None) -> History:
     """The chapter-16 recipe on the loop core: random windows, causal LM loss (optionally label
     smoothed), AdamW with decay on linear weights only, warmup + cosine decay, gradient clipping.
 
@@ -272,11 +273,16 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
     measured the same way (the overfitting curve). Returns a :class:`History` with per-step
     ``loss`` and ``lr``, the evaluations ``eval_steps``/``eval_train``/``eval_val``, and
     ``tokens_per_s`` (training steps only, evaluation excluded).
+
+    ``stop_at`` (at most ``steps``) stops the run after its first ``stop_at`` steps, with the
+    final evaluation at ``stop_at``: the schedule, the batches and the losses are those of the
+    first ``stop_at`` steps of the full ``steps``-step run.
     """
     import time
     check_int("steps", steps)
     check_int("eval_every", eval_every)
     check_int("eval_windows", eval_windows)
+    run_steps = steps if stop_at is None else check_int("stop_at", stop_at, 1, steps)
     generator = torch.Generator().manual_seed(seed)
     optimizer = make_adamw(model, lr, weight_decay)
     device = next(model.parameters()).device
@@ -297,7 +303,7 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, *
             callback(step, history)
 
     schedule = warmup_cosine_schedule(warmup_steps, steps, min_lr_ratio)
-    history = train_loop(model, optimizer, steps, step_fn, schedule=schedule, grad_clip=grad_clip, evaluate=evaluate,
+    history = train_loop(model, optimizer, run_steps, step_fn, schedule=schedule, grad_clip=grad_clip, evaluate=evaluate,
                          eval_every=eval_every, callback=timed_callback, record_lr=True, progress=progress, desc=desc)
-    history["tokens_per_s"] = steps * batch_size * context / max(clock["train_s"], 1e-9)
+    history["tokens_per_s"] = run_steps * batch_size * context / max(clock["train_s"], 1e-9)
     return history
